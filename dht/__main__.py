@@ -42,71 +42,129 @@ def port_number(text: str) -> int:
 def add_node_settings(parser: argparse.ArgumentParser) -> None:
     """Flags shared by `node` and `cluster` (the cluster passes them to every node)."""
     d = _DEFAULTS
-    parser.add_argument("--timeout", type=positive_float, default=d.timeout,
-                        help="deadline in seconds of one request to a replica (default %(default)s)")
-    parser.add_argument("--breaker-threshold", type=positive_int, default=d.breaker_threshold,
-                        help="consecutive failures that open a peer's circuit (default %(default)s)")
-    parser.add_argument("--breaker-cooldown", type=positive_float, default=d.breaker_cooldown,
-                        help="seconds an open circuit waits before one probe (default %(default)s)")
-    parser.add_argument("--vnodes", type=positive_int, default=d.vnodes,
-                        help="virtual nodes per node on the hash ring; must be the same on "
-                             "every node (default %(default)s)")
-    parser.add_argument("--max-value-bytes", type=positive_int, default=d.max_value_bytes,
-                        help="largest accepted value; larger bodies get 413 (default %(default)s)")
-    parser.add_argument("--max-in-flight", type=positive_int, default=d.max_in_flight,
-                        help="client requests worked on at once; more get 503 at once "
-                             "(default %(default)s)")
-    parser.add_argument("--peer-connections", type=positive_int, default=d.peer_connections,
-                        help="keep-alive connections kept to each peer (default %(default)s)")
-    parser.add_argument("--sync-writes", action="store_true",
-                        help="fsync LevelDB's log on every write: survives power loss, not "
-                             "just a crash, at a large cost in write latency (default off)")
-    parser.add_argument("--secret", default=os.environ.get("DHT_SECRET"),
-                        help="cluster secret that internal requests must carry (default: "
-                             "$DHT_SECRET; none means internal paths are open)")
-    parser.add_argument("--log-level", default=d.log_level,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="logging level (default %(default)s)")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=d.timeout,
+        help="deadline in seconds of one request to a replica (default %(default)s)",
+    )
+    parser.add_argument(
+        "--breaker-threshold",
+        type=positive_int,
+        default=d.breaker_threshold,
+        help="consecutive failures that open a peer's circuit (default %(default)s)",
+    )
+    parser.add_argument(
+        "--breaker-cooldown",
+        type=positive_float,
+        default=d.breaker_cooldown,
+        help="seconds an open circuit waits before one probe (default %(default)s)",
+    )
+    parser.add_argument(
+        "--vnodes",
+        type=positive_int,
+        default=d.vnodes,
+        help="virtual nodes per node on the hash ring; must be the same on "
+        "every node (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-value-bytes",
+        type=positive_int,
+        default=d.max_value_bytes,
+        help="largest accepted value; larger bodies get 413 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=positive_int,
+        default=d.max_in_flight,
+        help="client requests worked on at once; more get 503 at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--peer-connections",
+        type=positive_int,
+        default=d.peer_connections,
+        help="keep-alive connections kept to each peer (default %(default)s)",
+    )
+    parser.add_argument(
+        "--sync-writes",
+        action="store_true",
+        help="fsync LevelDB's log on every write: survives power loss, not "
+        "just a crash, at a large cost in write latency (default off)",
+    )
+    parser.add_argument(
+        "--secret",
+        default=os.environ.get("DHT_SECRET"),
+        help="cluster secret that internal requests must carry (default: "
+        "$DHT_SECRET; none means internal paths are open)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=d.log_level,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m dht",
         description="dht: a Dynamo-style distributed key-value store. Run one node, or a "
-                    "local cluster of several.",
+        "local cluster of several.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     node = commands.add_parser(
-        "node", help="run one node",
+        "node",
+        help="run one node",
         description="Run one node of a cluster. Every node gets the same --cluster list.",
     )
     node.add_argument("--port", type=port_number, required=True, help="port to listen on")
-    node.add_argument("--host", default=_DEFAULTS.host,
-                      help="address to listen on (default %(default)s)")
-    node.add_argument("--data-dir", type=Path, required=True,
-                      help="folder of this node's LevelDB (created if missing)")
-    node.add_argument("--cluster", required=True,
-                      help="comma-separated URLs of every node, http://host:port, the same "
-                           "on every node")
-    node.add_argument("--self", dest="self_url",
-                      help="URL the other nodes reach this node at; default: the --cluster "
-                           "entry with this --port (differs behind a proxy)")
+    node.add_argument(
+        "--host", default=_DEFAULTS.host, help="address to listen on (default %(default)s)"
+    )
+    node.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="folder of this node's LevelDB (created if missing)",
+    )
+    node.add_argument(
+        "--cluster",
+        required=True,
+        help="comma-separated URLs of every node, http://host:port, the same on every node",
+    )
+    node.add_argument(
+        "--self",
+        dest="self_url",
+        help="URL the other nodes reach this node at; default: the --cluster "
+        "entry with this --port (differs behind a proxy)",
+    )
     add_node_settings(node)
 
     cluster = commands.add_parser(
-        "cluster", help="run a local cluster of N nodes",
+        "cluster",
+        help="run a local cluster of N nodes",
         description="Start N node processes on consecutive ports, wait until all answer, "
-                    "print their URLs, and stop them all on Ctrl-C or SIGTERM.",
+        "print their URLs, and stop them all on Ctrl-C or SIGTERM.",
     )
-    cluster.add_argument("--nodes", type=positive_int, default=3,
-                         help="number of nodes (default %(default)s)")
-    cluster.add_argument("--base-port", type=port_number, default=8080,
-                         help="port of the first node; the others follow (default %(default)s)")
-    cluster.add_argument("--host", default="127.0.0.1",
-                         help="address the nodes listen on (default %(default)s)")
-    cluster.add_argument("--data-dir", type=Path, default=Path("data"),
-                         help="folder holding node-1, node-2, ... (default ./%(default)s)")
+    cluster.add_argument(
+        "--nodes", type=positive_int, default=3, help="number of nodes (default %(default)s)"
+    )
+    cluster.add_argument(
+        "--base-port",
+        type=port_number,
+        default=8080,
+        help="port of the first node; the others follow (default %(default)s)",
+    )
+    cluster.add_argument(
+        "--host", default="127.0.0.1", help="address the nodes listen on (default %(default)s)"
+    )
+    cluster.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data"),
+        help="folder holding node-1, node-2, ... (default ./%(default)s)",
+    )
     add_node_settings(cluster)
     return parser
 

@@ -23,8 +23,14 @@ START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
 
 _PASSED_FLAGS = (
-    "timeout", "breaker_threshold", "breaker_cooldown", "vnodes", "max_value_bytes",
-    "max_in_flight", "peer_connections", "log_level",
+    "timeout",
+    "breaker_threshold",
+    "breaker_cooldown",
+    "vnodes",
+    "max_value_bytes",
+    "max_in_flight",
+    "peer_connections",
+    "log_level",
 )
 
 
@@ -32,9 +38,19 @@ def node_command(
     port: int, data_dir: Path, cluster: list[str], host: str, extra: list[str]
 ) -> list[str]:
     return [
-        sys.executable, "-m", "dht", "node",
-        "--port", str(port), "--host", host, "--data-dir", str(data_dir),
-        "--cluster", ",".join(cluster), *extra,
+        sys.executable,
+        "-m",
+        "dht",
+        "node",
+        "--port",
+        str(port),
+        "--host",
+        host,
+        "--data-dir",
+        str(data_dir),
+        "--cluster",
+        ",".join(cluster),
+        *extra,
     ]
 
 
@@ -87,7 +103,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for index, url in enumerate(urls, start=1):
+        for index in range(1, len(urls) + 1):
             data_dir = args.data_dir / f"node-{index}"
             command = node_command(args.base_port + index - 1, data_dir, urls, args.host, extra)
             processes.append(subprocess.Popen(command))
@@ -102,8 +118,9 @@ def run_cluster(args: argparse.Namespace) -> int:
         while True:
             for url, process in zip(urls, processes, strict=True):
                 if process.poll() is not None:
-                    log.error("node %s exited with code %d; stopping the cluster",
-                              url, process.returncode)
+                    log.error(
+                        "node %s exited with code %d; stopping the cluster", url, process.returncode
+                    )
                     return 1
             time.sleep(0.5)
     except KeyboardInterrupt:

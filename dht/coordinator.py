@@ -145,7 +145,8 @@ class Coordinator:
     ) -> tuple[dict[str, T], dict[asyncio.Task[T], str]]:
         """Calls every target at once and returns as soon as `ack` calls succeeded or as
         soon as that became impossible: (answers by target, calls still running)."""
-        pending = {asyncio.ensure_future(call(url)): url for url in targets if url != self._self_url}
+        remote = [url for url in targets if url != self._self_url]
+        pending = {asyncio.ensure_future(call(url)): url for url in remote}
         answers: dict[str, T] = {}
         failures = 0
         if self._self_url in targets:
@@ -319,4 +320,3 @@ def _log_replica_failure(url: str, error: BaseException) -> None:
         log.debug("replica %s failed: %s", url, error)
     else:
         log.error("replica call to %s raised", url, exc_info=error)
-

@@ -143,20 +143,24 @@ class ClientApi:
         return key, replicas
 
 
-@web.middleware
-async def plain_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+def plain_errors(max_value_bytes: int) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Maps bad input to the codes of SPEC.md section 2, each with a plain-text reason."""
-    try:
-        return await handler(request)
-    except BadRequest as exc:
-        return text(400, f"Bad Request: {exc}")
-    except web.HTTPNotFound:
-        return text(400, f"Bad Request: no such path {request.path}")
-    except web.HTTPMethodNotAllowed as exc:
-        allow = ", ".join(sorted(exc.allowed_methods))
-        return text(405, f"Method Not Allowed: {request.method}", {"Allow": allow})
-    except web.HTTPRequestEntityTooLarge as exc:
-        return text(413, f"Payload Too Large: the limit is {exc.max_size} bytes")
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BadRequest as exc:
+            return text(400, f"Bad Request: {exc}")
+        except web.HTTPNotFound:
+            return text(400, f"Bad Request: no such path {request.path}")
+        except web.HTTPMethodNotAllowed as exc:
+            allow = ", ".join(sorted(exc.allowed_methods))
+            return text(405, f"Method Not Allowed: {request.method}", {"Allow": allow})
+        except web.HTTPRequestEntityTooLarge:
+            return text(413, f"Payload Too Large: values are limited to {max_value_bytes} bytes")
+
+    return middleware
 
 
 class InFlightLimit:

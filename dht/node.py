@@ -41,7 +41,11 @@ class Node:
         internal = InternalApi(self.storage, self.clock, config.secret)
         client = ClientApi(self.coordinator, len(self.ring), self.status)
         self.app = web.Application(
-            middlewares=[plain_errors, internal.authenticate, self.limit.middleware],
+            middlewares=[
+                plain_errors(config.max_value_bytes),
+                internal.authenticate,
+                self.limit.middleware,
+            ],
             client_max_size=config.max_value_bytes + _BODY_OVERHEAD,
         )
         self.app.add_routes(client.routes() + internal.routes())

@@ -1,0 +1,55 @@
+# Two commands on a fresh clone: `make run` (a local 3-node cluster) and `make test`.
+# Both create .venv from requirements.lock on first use; `make test` also builds
+# toxiproxy-server into .tools/bin with the Go toolchain.
+
+PYTHON ?= python3
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY := .tools/bin/toxiproxy-server
+CHECKED := dht tests chaos locustfiles
+
+.PHONY: run test lint unit spec chaos lock clean
+
+run: $(STAMP)
+	$(PY) -m dht cluster
+
+test: $(STAMP) $(TOXIPROXY) lint
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check $(CHECKED)
+	$(PY) -m ruff format --check $(CHECKED)
+	$(PY) -m mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+spec: $(STAMP)
+	$(PY) -m pytest tests/spec
+
+chaos: $(STAMP) $(TOXIPROXY)
+	$(PY) -m pytest chaos
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+$(TOXIPROXY):
+	mkdir -p .tools/bin
+	GOBIN=$(abspath .tools/gobin) $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv .tools/gobin/server $@
+
+# Refreshes the pinned versions after a change to pyproject.toml's dependencies.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --disable-pip-version-check '.[test]'
+	.lock-venv/bin/pip freeze --exclude dht > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) .tools

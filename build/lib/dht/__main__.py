@@ -1,0 +1,160 @@
+"""The command line: `python -m dht node ...` and `python -m dht cluster ...`.
+
+Only parses flags and hands over; heavy imports happen after parsing so `--help` is quick
+and a node answers within a second of starting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from dht.config import NodeConfig, normalize_url, resolve_self
+
+_DEFAULTS = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number, 1 to 65535")
+    return value
+
+
+def add_node_settings(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by `node` and `cluster` (the cluster passes them to every node)."""
+    d = _DEFAULTS
+    parser.add_argument("--timeout", type=positive_float, default=d.timeout,
+                        help="deadline in seconds of one request to a replica (default %(default)s)")
+    parser.add_argument("--breaker-threshold", type=positive_int, default=d.breaker_threshold,
+                        help="consecutive failures that open a peer's circuit (default %(default)s)")
+    parser.add_argument("--breaker-cooldown", type=positive_float, default=d.breaker_cooldown,
+                        help="seconds an open circuit waits before one probe (default %(default)s)")
+    parser.add_argument("--vnodes", type=positive_int, default=d.vnodes,
+                        help="virtual nodes per node on the hash ring; must be the same on "
+                             "every node (default %(default)s)")
+    parser.add_argument("--max-value-bytes", type=positive_int, default=d.max_value_bytes,
+                        help="largest accepted value; larger bodies get 413 (default %(default)s)")
+    parser.add_argument("--max-in-flight", type=positive_int, default=d.max_in_flight,
+                        help="client requests worked on at once; more get 503 at once "
+                             "(default %(default)s)")
+    parser.add_argument("--peer-connections", type=positive_int, default=d.peer_connections,
+                        help="keep-alive connections kept to each peer (default %(default)s)")
+    parser.add_argument("--sync-writes", action="store_true",
+                        help="fsync LevelDB's log on every write: survives power loss, not "
+                             "just a crash, at a large cost in write latency (default off)")
+    parser.add_argument("--secret", default=os.environ.get("DHT_SECRET"),
+                        help="cluster secret that internal requests must carry (default: "
+                             "$DHT_SECRET; none means internal paths are open)")
+    parser.add_argument("--log-level", default=d.log_level,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging level (default %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m dht",
+        description="dht: a Dynamo-style distributed key-value store. Run one node, or a "
+                    "local cluster of several.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    node = commands.add_parser(
+        "node", help="run one node",
+        description="Run one node of a cluster. Every node gets the same --cluster list.",
+    )
+    node.add_argument("--port", type=port_number, required=True, help="port to listen on")
+    node.add_argument("--host", default=_DEFAULTS.host,
+                      help="address to listen on (default %(default)s)")
+    node.add_argument("--data-dir", type=Path, required=True,
+                      help="folder of this node's LevelDB (created if missing)")
+    node.add_argument("--cluster", required=True,
+                      help="comma-separated URLs of every node, http://host:port, the same "
+                           "on every node")
+    node.add_argument("--self", dest="self_url",
+                      help="URL the other nodes reach this node at; default: the --cluster "
+                           "entry with this --port (differs behind a proxy)")
+    add_node_settings(node)
+
+    cluster = commands.add_parser(
+        "cluster", help="run a local cluster of N nodes",
+        description="Start N node processes on consecutive ports, wait until all answer, "
+                    "print their URLs, and stop them all on Ctrl-C or SIGTERM.",
+    )
+    cluster.add_argument("--nodes", type=positive_int, default=3,
+                         help="number of nodes (default %(default)s)")
+    cluster.add_argument("--base-port", type=port_number, default=8080,
+                         help="port of the first node; the others follow (default %(default)s)")
+    cluster.add_argument("--host", default="127.0.0.1",
+                         help="address the nodes listen on (default %(default)s)")
+    cluster.add_argument("--data-dir", type=Path, default=Path("data"),
+                         help="folder holding node-1, node-2, ... (default ./%(default)s)")
+    add_node_settings(cluster)
+    return parser
+
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    cluster = tuple(normalize_url(url) for url in args.cluster.split(",") if url.strip())
+    if len(set(cluster)) != len(cluster):
+        raise ValueError("--cluster lists a node twice")
+    return NodeConfig(
+        port=args.port,
+        host=args.host,
+        data_dir=args.data_dir,
+        cluster=cluster,
+        self_url=resolve_self(cluster, args.port, args.self_url),
+        timeout=args.timeout,
+        breaker_threshold=args.breaker_threshold,
+        breaker_cooldown=args.breaker_cooldown,
+        vnodes=args.vnodes,
+        max_value_bytes=args.max_value_bytes,
+        max_in_flight=args.max_in_flight,
+        peer_connections=args.peer_connections,
+        sync_writes=args.sync_writes,
+        secret=args.secret or None,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    if args.command == "node":
+        try:
+            config = node_config(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+        from dht.node import run_node
+
+        try:
+            run_node(config)
+        except OSError as exc:  # port taken, data dir locked by another node, ...
+            logging.getLogger("dht").error("cannot start: %s", exc)
+            return 1
+        return 0
+    from dht.cluster import run_cluster
+
+    return run_cluster(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

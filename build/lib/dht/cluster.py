@@ -1,0 +1,116 @@
+"""`python -m dht cluster`: a local cluster of N node processes in one command.
+
+Starts every node, waits until each answers /v0/status, prints the URLs, and on Ctrl-C or
+SIGTERM stops them all (SIGTERM, then SIGKILL for any that linger): no orphans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+log = logging.getLogger("dht.cluster")
+
+START_DEADLINE = 15.0
+STOP_DEADLINE = 10.0
+
+_PASSED_FLAGS = (
+    "timeout", "breaker_threshold", "breaker_cooldown", "vnodes", "max_value_bytes",
+    "max_in_flight", "peer_connections", "log_level",
+)
+
+
+def node_command(
+    port: int, data_dir: Path, cluster: list[str], host: str, extra: list[str]
+) -> list[str]:
+    return [
+        sys.executable, "-m", "dht", "node",
+        "--port", str(port), "--host", host, "--data-dir", str(data_dir),
+        "--cluster", ",".join(cluster), *extra,
+    ]
+
+
+def passed_settings(args: argparse.Namespace) -> list[str]:
+    """The node flags given to `cluster`, as command-line arguments for each node."""
+    flags: list[str] = []
+    for name in _PASSED_FLAGS:
+        flags += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    if args.sync_writes:
+        flags.append("--sync-writes")
+    if args.secret:
+        flags += ["--secret", args.secret]
+    return flags
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"node {url} exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/v0/status", timeout=0.5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.05)
+    raise RuntimeError(f"node {url} did not answer within {START_DEADLINE:.0f}s")
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_DEADLINE
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("node pid %d ignored SIGTERM; killing it", process.pid)
+            process.kill()
+            process.wait()
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    urls = [f"http://{args.host}:{args.base_port + i}" for i in range(args.nodes)]
+    extra = passed_settings(args)
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for index, url in enumerate(urls, start=1):
+            data_dir = args.data_dir / f"node-{index}"
+            command = node_command(args.base_port + index - 1, data_dir, urls, args.host, extra)
+            processes.append(subprocess.Popen(command))
+        deadline = time.monotonic() + START_DEADLINE
+        for url, process in zip(urls, processes, strict=True):
+            wait_until_serving(url, process, deadline)
+        print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
+        for url in urls:
+            print(f"  {url}")
+        print(f"try: curl -X PUT -d hello '{urls[0]}/v0/entity?id=greeting'")
+        print("Ctrl-C stops every node.", flush=True)
+        while True:
+            for url, process in zip(urls, processes, strict=True):
+                if process.poll() is not None:
+                    log.error("node %s exited with code %d; stopping the cluster",
+                              url, process.returncode)
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        log.info("stopping the cluster")
+        return 0
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        stop_all(processes)

@@ -1,0 +1,60 @@
+"""Every setting of a node, with its default, in one frozen dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    port: int
+    data_dir: Path
+    cluster: tuple[str, ...]
+    self_url: str
+    host: str = "127.0.0.1"
+    timeout: float = 1.0
+    breaker_threshold: int = 5
+    breaker_cooldown: float = 2.0
+    vnodes: int = 256
+    max_value_bytes: int = 16 * MiB
+    max_in_flight: int = 512
+    peer_connections: int = 64
+    sync_writes: bool = False
+    secret: str | None = None
+    log_level: str = "INFO"
+
+
+def normalize_url(url: str) -> str:
+    """`http://host:port` with no trailing slash; raises ValueError for anything else."""
+    parts = urlsplit(url.strip())
+    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+        raise ValueError(f"expected http://host:port, got {url!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"a node URL has no path or query: {url!r}")
+    return f"http://{parts.netloc}"
+
+
+def url_port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+def resolve_self(cluster: tuple[str, ...], port: int, self_url: str | None) -> str:
+    """`--self` if given (it must be in the cluster), else the entry whose port is `port`."""
+    if self_url is not None:
+        normalized = normalize_url(self_url)
+        if normalized not in cluster:
+            raise ValueError(f"--self {normalized} is not in --cluster")
+        return normalized
+    matches = [url for url in cluster if url_port(url) == port]
+    if len(matches) != 1:
+        raise ValueError(
+            f"cannot tell which --cluster entry is this node from port {port} "
+            f"({len(matches)} entries match); pass --self"
+        )
+    return matches[0]

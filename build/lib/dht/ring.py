@@ -1,0 +1,52 @@
+"""The consistent-hash ring: virtual nodes on mmh3, key -> ordered replica list. Pure.
+
+Each physical node owns `vnodes` tokens, the 64-bit mmh3 hashes of "node#i". A key's
+replica set for F copies is the first F distinct nodes met walking clockwise from the
+key's hash. Tokens depend only on node names, so the ring is the same whatever the order
+of the topology list, in every process, on every platform.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+import mmh3
+
+
+def key_hash(key: bytes) -> int:
+    """Position of a key on the ring (unsigned 64-bit)."""
+    return int(mmh3.hash64(key, 0, False)[0])
+
+
+def token(node: str, index: int) -> int:
+    return key_hash(f"{node}#{index}".encode())
+
+
+class Ring:
+    def __init__(self, nodes: Iterable[str], vnodes: int) -> None:
+        self.nodes: tuple[str, ...] = tuple(sorted(set(nodes)))
+        if not self.nodes:
+            raise ValueError("a ring needs at least one node")
+        if vnodes < 1:
+            raise ValueError("vnodes must be at least 1")
+        points = sorted((token(node, i), node) for node in self.nodes for i in range(vnodes))
+        self._tokens = [t for t, _ in points]
+        self._owners = [node for _, node in points]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def replicas_for(self, key: bytes, count: int) -> list[str]:
+        """The first `count` distinct nodes clockwise from the key's hash."""
+        count = min(count, len(self.nodes))
+        start = bisect.bisect_left(self._tokens, key_hash(key))
+        found: list[str] = []
+        size = len(self._owners)
+        for step in range(size):
+            owner = self._owners[(start + step) % size]
+            if owner not in found:
+                found.append(owner)
+                if len(found) == count:
+                    break
+        return found
