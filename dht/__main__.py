@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from dht.config import NodeConfig, normalize_url, resolve_self
+from dht.config import NodeConfig, normalize_url, parse_route, resolve_self
 
 _DEFAULTS = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="URL the other nodes reach this node at; default: the --cluster "
         "entry with this --port (differs behind a proxy)",
     )
+    node.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="PEER_URL=DIAL_URL",
+        help="reach peer PEER_URL by dialling DIAL_URL instead (a proxy on that link); "
+        "repeatable. The chaos test bed uses it to put Toxiproxy on every link",
+    )
     add_node_settings(node)
 
     cluster = commands.add_parser(
@@ -165,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("data"),
         help="folder holding node-1, node-2, ... (default ./%(default)s)",
     )
+    cluster.add_argument(
+        "--chaos",
+        action="store_true",
+        help="put a Toxiproxy proxy on every node-to-node link (needs toxiproxy-server: "
+        "`make test` builds it) and print the Toxiproxy API address",
+    )
     add_node_settings(cluster)
     return parser
 
@@ -189,6 +203,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         sync_writes=args.sync_writes,
         secret=args.secret or None,
         log_level=args.log_level,
+        routes=tuple(parse_route(route, cluster) for route in args.route),
     )
 
 

@@ -16,6 +16,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dht.testbed import Testbed
 
 log = logging.getLogger("dht.cluster")
 
@@ -93,19 +97,32 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def start_testbed(urls: list[str], data_dir: Path) -> Testbed:
+    from dht.testbed import Testbed
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return Testbed(urls, data_dir / "toxiproxy.log").start()
+
+
 def run_cluster(args: argparse.Namespace) -> int:
     urls = [f"http://{args.host}:{args.base_port + i}" for i in range(args.nodes)]
     extra = passed_settings(args)
     processes: list[subprocess.Popen[bytes]] = []
+    testbed: Testbed | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for index in range(1, len(urls) + 1):
-            data_dir = args.data_dir / f"node-{index}"
-            command = node_command(args.base_port + index - 1, data_dir, urls, args.host, extra)
+        if args.chaos:
+            testbed = start_testbed(urls, args.data_dir)
+        for index in range(len(urls)):
+            data_dir = args.data_dir / f"node-{index + 1}"
+            routes = testbed.route_args(index) if testbed else []
+            command = node_command(
+                args.base_port + index, data_dir, urls, args.host, extra + routes
+            )
             processes.append(subprocess.Popen(command))
         deadline = time.monotonic() + START_DEADLINE
         for url, process in zip(urls, processes, strict=True):
@@ -114,6 +131,9 @@ def run_cluster(args: argparse.Namespace) -> int:
         for url in urls:
             print(f"  {url}")
         print(f"try: curl -X PUT -d hello '{urls[0]}/v0/entity?id=greeting'")
+        if testbed is not None:
+            print(f"Toxiproxy API: {testbed.api_url}  (links: curl {testbed.api_url}/proxies)")
+            print("  node1 dials node2 through the proxy node1-to-node2, and so on")
         print("Ctrl-C stops every node.", flush=True)
         while True:
             for url, process in zip(urls, processes, strict=True):
@@ -126,8 +146,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         log.info("stopping the cluster")
         return 0
-    except RuntimeError as exc:
+    except (RuntimeError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return 1
     finally:
         stop_all(processes)
+        if testbed is not None:
+            testbed.stop()

@@ -26,6 +26,11 @@ class NodeConfig:
     sync_writes: bool = False
     secret: str | None = None
     log_level: str = "INFO"
+    # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
+    routes: tuple[tuple[str, str], ...] = ()
+
+    def dial_url(self, peer: str) -> str:
+        return dict(self.routes).get(peer, peer)
 
 
 def normalize_url(url: str) -> str:
@@ -58,3 +63,14 @@ def resolve_self(cluster: tuple[str, ...], port: int, self_url: str | None) -> s
             f"({len(matches)} entries match); pass --self"
         )
     return matches[0]
+
+
+def parse_route(text: str, cluster: tuple[str, ...]) -> tuple[str, str]:
+    """`PEER_URL=DIAL_URL`: reach the cluster member PEER_URL by dialling DIAL_URL."""
+    peer, sep, dial = text.partition("=")
+    if not sep:
+        raise ValueError(f"--route takes PEER_URL=DIAL_URL, got {text!r}")
+    peer, dial = normalize_url(peer), normalize_url(dial)
+    if peer not in cluster:
+        raise ValueError(f"--route names {peer}, which is not in --cluster")
+    return peer, dial

@@ -42,7 +42,7 @@ class Peer:
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
         self._headers = {SECRET_HEADER: config.secret} if config.secret else {}
         self._session = aiohttp.ClientSession(
-            base_url=url,
+            base_url=config.dial_url(url),
             connector=aiohttp.TCPConnector(limit=config.peer_connections, force_close=False),
             timeout=aiohttp.ClientTimeout(total=None),
             headers=self._headers,

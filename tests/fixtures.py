@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from dht.testbed import Testbed
 from tests.launcher import Cluster, Node
 
 ClusterFactory = Callable[..., Cluster]
+ChaosClusterFactory = Callable[..., tuple[Cluster, Testbed]]
 
 
 @pytest.fixture
@@ -31,3 +33,25 @@ def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
 def node(start_cluster: ClusterFactory) -> Node:
     """A single-node cluster."""
     return start_cluster(1)[0]
+
+
+@pytest.fixture
+def start_chaos_cluster(tmp_path: Path) -> Iterator[ChaosClusterFactory]:
+    """start_chaos_cluster(size, extra_args=None) -> (Cluster, Testbed): nodes whose every
+    link to a peer crosses a real Toxiproxy proxy; all stopped at teardown."""
+    started: list[tuple[Cluster, Testbed]] = []
+
+    def start(size: int, extra_args: list[str] | None = None) -> tuple[Cluster, Testbed]:
+        root = tmp_path / f"chaos-{len(started)}"
+        root.mkdir()
+        cluster = Cluster(root, size, extra_args)
+        testbed = Testbed(cluster.urls, root / "toxiproxy.log").start()
+        started.append((cluster, testbed))
+        for index, node in enumerate(cluster):
+            node.extra_args += testbed.route_args(index)
+        return cluster.start(), testbed
+
+    yield start
+    for cluster, testbed in started:
+        cluster.stop()
+        testbed.stop()

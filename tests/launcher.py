@@ -177,21 +177,24 @@ class Node:
 
 
 class Cluster:
-    """N nodes with one topology. `cluster_urls` lets a caller put a proxy in front of
-    each node (the chaos test bed); by default nodes are reached directly."""
+    """N nodes with one topology, on free loopback ports."""
 
     def __init__(
         self,
         root: Path,
         size: int,
         extra_args: list[str] | None = None,
-        cluster_urls: list[str] | None = None,
-        ports: list[int] | None = None,
     ) -> None:
-        ports = ports or [free_port() for _ in range(size)]
-        topology = cluster_urls or [f"http://{HOST}:{port}" for port in ports]
+        ports = [free_port() for _ in range(size)]
+        self.urls = [f"http://{HOST}:{port}" for port in ports]
         self.nodes = [
-            Node(port, root / f"node-{i}", topology[i], topology, list(extra_args or []))
+            Node(
+                port,
+                root / f"node-{i}",
+                self.urls[i],
+                self.urls,
+                list(extra_args or []),
+            )
             for i, port in enumerate(ports)
         ]
 

@@ -1,0 +1,140 @@
+"""The fault-injection test bed: a Toxiproxy server with one proxy per directed link.
+
+Node A reaches node B through the proxy named `nodeA-to-nodeB`, so every node-to-node
+byte crosses Toxiproxy, and one link can be slowed or cut without touching the others
+(a single proxy per node could only cut a node's incoming traffic, not a two-way
+partition). Clients talk to nodes directly.
+
+Needs toxiproxy-python (the `test` extra) and a toxiproxy-server binary: `make test`
+builds one into .tools/bin; $DHT_TOXIPROXY_SERVER or PATH can name another.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from toxiproxy import Toxiproxy
+
+_REPO_BINARY = Path(__file__).resolve().parent.parent / ".tools" / "bin" / "toxiproxy-server"
+_START_DEADLINE = 10.0
+
+
+def find_toxiproxy_server() -> str:
+    for candidate in (
+        os.environ.get("DHT_TOXIPROXY_SERVER"),
+        str(_REPO_BINARY) if _REPO_BINARY.exists() else None,
+        shutil.which("toxiproxy-server"),
+    ):
+        if candidate:
+            return candidate
+    raise FileNotFoundError(
+        "toxiproxy-server not found: run `make test` once (it builds .tools/bin/"
+        "toxiproxy-server), or set DHT_TOXIPROXY_SERVER"
+    )
+
+
+def node_name(index: int) -> str:
+    return f"node{index + 1}"
+
+
+def link_name(source: int, target: int) -> str:
+    return f"{node_name(source)}-to-{node_name(target)}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class Testbed:
+    """Starts toxiproxy-server on a free loopback port and a proxy for every link between
+    `node_urls` (http://host:port of each node, in cluster order)."""
+
+    def __init__(self, node_urls: list[str], log_path: Path | None = None) -> None:
+        self.node_urls = node_urls
+        self.api_port = free_port()
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self.toxiproxy = Toxiproxy()
+        self.links: dict[tuple[int, int], Any] = {}
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self) -> Testbed:
+        command = [find_toxiproxy_server(), "-host", "127.0.0.1", "-port", str(self.api_port)]
+        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
+        try:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            if self._log_path:
+                log.close()  # type: ignore[union-attr]
+        self.toxiproxy.update_api_consumer("127.0.0.1", self.api_port)
+        deadline = time.monotonic() + _START_DEADLINE
+        while not self.toxiproxy.running():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("toxiproxy-server did not start")
+            time.sleep(0.02)
+        for source in range(len(self.node_urls)):
+            for target in range(len(self.node_urls)):
+                if source != target:
+                    upstream = urlsplit(self.node_urls[target]).netloc
+                    self.links[source, target] = self.toxiproxy.create(
+                        upstream=upstream, name=link_name(source, target)
+                    )
+        return self
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def route_args(self, source: int) -> list[str]:
+        """The `--route` flags that make node `source` dial its peers through the links."""
+        args: list[str] = []
+        for (src, target), proxy in self.links.items():
+            if src == source:
+                args += ["--route", f"{self.node_urls[target]}=http://{proxy.listen}"]
+        return args
+
+    # -- faults ------------------------------------------------------------------------
+
+    def links_into(self, target: int) -> list[Any]:
+        return [proxy for (_, dst), proxy in self.links.items() if dst == target]
+
+    def links_out_of(self, source: int) -> list[Any]:
+        return [proxy for (src, _), proxy in self.links.items() if src == source]
+
+    def cut(self, links: Iterable[Any]) -> None:
+        """Disables links: connections on them are dropped and new ones refused."""
+        for proxy in links:
+            proxy.disable()
+
+    def isolate(self, index: int) -> None:
+        """A two-way partition of one node from all the others."""
+        self.cut([*self.links_into(index), *self.links_out_of(index)])
+
+    def add_toxic(self, links: Iterable[Any], kind: str, **attributes: Any) -> None:
+        """Adds a toxic (latency, timeout, reset_peer, slicer, bandwidth, ...) to links,
+        on the downstream direction (the answers coming back)."""
+        for proxy in links:
+            proxy.add_toxic(type=kind, attributes=attributes)
+
+    def heal(self) -> None:
+        """Enables every link and removes every toxic."""
+        self.toxiproxy.reset()
