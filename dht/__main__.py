@@ -86,6 +86,25 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         help="keep-alive connections kept to each peer (default %(default)s)",
     )
     parser.add_argument(
+        "--hint-max-bytes",
+        type=positive_int,
+        default=d.hint_max_bytes,
+        help="cap on the hints kept for unreachable replicas; past it the oldest are "
+        "dropped (default %(default)s)",
+    )
+    parser.add_argument(
+        "--hint-max-age",
+        type=positive_float,
+        default=d.hint_max_age,
+        help="seconds a hint is kept before it is dropped undelivered (default %(default)s)",
+    )
+    parser.add_argument(
+        "--hint-interval",
+        type=positive_float,
+        default=d.hint_interval,
+        help="seconds between rounds of hint delivery (default %(default)s)",
+    )
+    parser.add_argument(
         "--sync-writes",
         action="store_true",
         help="fsync LevelDB's log on every write: survives power loss, not "
@@ -202,6 +221,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         peer_connections=args.peer_connections,
         sync_writes=args.sync_writes,
         secret=args.secret or None,
+        hint_max_bytes=args.hint_max_bytes,
+        hint_max_age=args.hint_max_age,
+        hint_interval=args.hint_interval,
         log_level=args.log_level,
         routes=tuple(parse_route(route, cluster) for route in args.route),
     )

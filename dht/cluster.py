@@ -34,6 +34,9 @@ _PASSED_FLAGS = (
     "max_value_bytes",
     "max_in_flight",
     "peer_connections",
+    "hint_max_bytes",
+    "hint_max_age",
+    "hint_interval",
     "log_level",
 )
 

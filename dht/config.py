@@ -25,6 +25,9 @@ class NodeConfig:
     peer_connections: int = 64
     sync_writes: bool = False
     secret: str | None = None
+    hint_max_bytes: int = 256 * MiB
+    hint_max_age: float = 3 * 3600.0
+    hint_interval: float = 0.5
     log_level: str = "INFO"
     # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
     routes: tuple[tuple[str, str], ...] = ()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from dht.clock import HybridClock
 from dht.config import NodeConfig
+from dht.hints import HintStore
 from dht.peers import PeerError, Peers
 from dht.record import Record, newest
 from dht.replicas import ReplicaCount, quorum
@@ -64,8 +65,10 @@ class Coordinator:
         ring: Ring,
         peers: Peers,
         clock: HybridClock,
+        hints: HintStore,
     ) -> None:
         self._self_url = config.self_url
+        self._hints = hints
         self._storage = storage
         self._ring = ring
         self._peers = peers
@@ -187,7 +190,11 @@ class Coordinator:
             return refusal
 
         async def write(url: str) -> None:
-            await self._write_to(url, key, record)
+            try:
+                await self._write_to(url, key, record)
+            except PeerError:
+                self._hints.add(url, key, record)  # hinted handoff delivers it later
+                raise
 
         answers, pending = await self._quorum(targets, replicas.ack, write)
         self._own(self._drain(pending))

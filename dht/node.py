@@ -11,9 +11,10 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.clock import HybridClock
+from dht.clock import HybridClock, wall_clock_ms
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator
+from dht.hints import HintDelivery, HintStore
 from dht.http_api import ClientApi, InFlightLimit, plain_errors
 from dht.internal_api import INTERNAL_PREFIX, InternalApi
 from dht.peers import Peers
@@ -36,7 +37,13 @@ class Node:
         self.clock = HybridClock()
         self.ring = Ring(config.cluster, config.vnodes)
         self.peers = Peers(config)
-        self.coordinator = Coordinator(config, self.storage, self.ring, self.peers, self.clock)
+        self.hints = HintStore(
+            self.storage.hints, config.hint_max_bytes, config.hint_max_age, wall_clock_ms
+        )
+        self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
+        self.coordinator = Coordinator(
+            config, self.storage, self.ring, self.peers, self.clock, self.hints
+        )
         self.limit = InFlightLimit(config.max_in_flight, (INTERNAL_PREFIX, "/v0/status"))
         internal = InternalApi(self.storage, self.clock, config.secret)
         client = ClientApi(self.coordinator, len(self.ring), self.status)
@@ -60,7 +67,12 @@ class Node:
             "overload_refusals": self.limit.refused,
             "read_repairs": self.coordinator.counters.read_repairs,
             "background_failures": self.coordinator.counters.background_failures,
-            "peers": {url: peer.status() for url, peer in self.peers.by_url.items()},
+            "hints_delivered": self.hint_delivery.delivered,
+            "hints_dropped": self.hints.dropped,
+            "peers": {
+                url: peer.status() | {"pending_hints": self.hints.pending[url]}
+                for url, peer in self.peers.by_url.items()
+            },
         }
 
     async def run(self) -> None:
@@ -77,6 +89,7 @@ class Node:
                 runner, self.config.host, self.config.port, backlog=1024, reuse_address=True
             )
             await site.start()
+            self.hint_delivery.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",
                 self.config.self_url,
@@ -89,6 +102,7 @@ class Node:
             log.info("stopping: no new connections, finishing in-flight requests")
         finally:
             await runner.cleanup()
+            await self.hint_delivery.close()
             await self.coordinator.close()
             await self.peers.close()
             self.storage.close()

@@ -1,0 +1,182 @@
+"""Hinted handoff: durable hints for writes a replica missed, and the task that delivers
+them once the replica answers again.
+
+A hint lives in the hints key space of this node's LevelDB (never read as data), keyed by
+target and data key, so a target holds at most one hint per key: the newest record.
+Value: the hint's creation time (8 bytes, ms) then the encoded record. The store is
+capped by total size and by age; past either cap the oldest hints are dropped, each drop
+logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dht.peers import PeerError, Peers
+from dht.record import Record, decode, encode
+
+log = logging.getLogger(__name__)
+
+_CREATED = struct.Struct(">Q")
+_SEPARATOR = b"\x00"
+# Evicting down to this share of the size cap makes evictions rare (each one scans).
+_EVICT_TO = 0.9
+_DELIVERY_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    target: str
+    key: bytes
+    record: Record
+    created_ms: int
+
+
+def hint_key(target: str, key: bytes) -> bytes:
+    return target.encode() + _SEPARATOR + key
+
+
+def encode_hint(record: Record, created_ms: int) -> bytes:
+    return _CREATED.pack(created_ms) + encode(record)
+
+
+def decode_hint(stored_key: bytes, data: bytes) -> Hint:
+    target, _, key = stored_key.partition(_SEPARATOR)
+    (created_ms,) = _CREATED.unpack_from(data)
+    return Hint(target.decode(), key, decode(data[_CREATED.size :]), created_ms)
+
+
+class HintStore:
+    """Hints on disk (a plyvel prefixed database) with per-target counts kept in memory."""
+
+    def __init__(self, db: Any, max_bytes: int, max_age: float, now_ms: Callable[[], int]) -> None:
+        self._db = db
+        self._max_bytes = max_bytes
+        self._max_age_ms = int(max_age * 1000)
+        self._now_ms = now_ms
+        self.pending: Counter[str] = Counter()
+        self._bytes = 0
+        self.dropped = 0
+        for stored_key, data in self._db.iterator():
+            self.pending[stored_key.partition(_SEPARATOR)[0].decode()] += 1
+            self._bytes += len(stored_key) + len(data)
+
+    def add(self, target: str, key: bytes, record: Record) -> None:
+        """Keeps `record` for `target` unless a newer hint for that key is already kept."""
+        stored_key = hint_key(target, key)
+        existing = self._db.get(stored_key)
+        if existing is not None:
+            if not record.supersedes(decode_hint(stored_key, existing).record):
+                return
+            self._bytes -= len(stored_key) + len(existing)
+        else:
+            self.pending[target] += 1
+        data = encode_hint(record, self._now_ms())
+        self._db.put(stored_key, data)
+        self._bytes += len(stored_key) + len(data)
+        if self._bytes > self._max_bytes:
+            self._evict_oldest(int(self._max_bytes * _EVICT_TO))
+
+    def for_target(self, target: str, limit: int) -> Iterator[Hint]:
+        prefix = target.encode() + _SEPARATOR
+        for count, (stored_key, data) in enumerate(self._db.iterator(prefix=prefix)):
+            if count >= limit:
+                return
+            yield decode_hint(stored_key, data)
+
+    def delivered(self, hint: Hint) -> None:
+        """Removes a delivered hint, unless a newer one replaced it meanwhile."""
+        stored_key = hint_key(hint.target, hint.key)
+        data = self._db.get(stored_key)
+        if data is not None and decode_hint(stored_key, data).record == hint.record:
+            self._remove(stored_key, data, hint.target)
+
+    def expired(self, hint: Hint) -> bool:
+        return self._now_ms() - hint.created_ms > self._max_age_ms
+
+    def drop(self, hint: Hint, reason: str) -> None:
+        stored_key = hint_key(hint.target, hint.key)
+        data = self._db.get(stored_key)
+        if data is not None:
+            self._remove(stored_key, data, hint.target)
+            self.dropped += 1
+            log.warning("dropped hint for %s key %r: %s", hint.target, hint.key, reason)
+
+    def _remove(self, stored_key: bytes, data: bytes, target: str) -> None:
+        self._db.delete(stored_key)
+        self._bytes -= len(stored_key) + len(data)
+        self.pending[target] -= 1
+        if self.pending[target] <= 0:
+            del self.pending[target]
+
+    def _evict_oldest(self, goal: int) -> None:
+        by_age = sorted(
+            (decode_hint(stored_key, data) for stored_key, data in self._db.iterator()),
+            key=lambda hint: hint.created_ms,
+        )
+        for hint in by_age:
+            if self._bytes <= goal:
+                break
+            self.drop(hint, f"hint store over its {self._max_bytes}-byte cap")
+
+
+class HintDelivery:
+    """Delivers hints to their targets every `interval` seconds, to each target whose
+    circuit lets a request through (the delivery itself is the probe of a half-open one).
+    A hint is deleted once its target acknowledged it."""
+
+    def __init__(self, store: HintStore, peers: Peers, interval: float) -> None:
+        self._store = store
+        self._peers = peers
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self.delivered = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="hint-delivery")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            for target in list(self._store.pending):
+                try:
+                    await self.deliver_to(target)
+                except Exception:
+                    log.exception("hint delivery to %s failed unexpectedly", target)
+
+    async def deliver_to(self, target: str) -> None:
+        peer = self._peers.by_url.get(target)
+        if peer is None:
+            for hint in list(self._store.for_target(target, _DELIVERY_BATCH)):
+                self._store.drop(hint, "target is no longer in the cluster")
+            return
+        if not peer.available():
+            return
+        sent = 0
+        for hint in list(self._store.for_target(target, _DELIVERY_BATCH)):
+            if self._store.expired(hint):
+                self._store.drop(hint, "older than the hint age limit")
+                continue
+            try:
+                await peer.put_record(hint.key, hint.record)
+            except PeerError as error:
+                log.debug("hint delivery to %s stopped: %s", target, error)
+                break
+            self._store.delivered(hint)
+            sent += 1
+        if sent:
+            self.delivered += sent
+            log.info(
+                "delivered %d hints to %s (%d pending)", sent, target, self._store.pending[target]
+            )
