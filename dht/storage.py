@@ -49,7 +49,8 @@ class Storage:
 
     def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Record]]:
         """Every record (tombstones included) with start <= key < end, in byte order."""
-        iterator = self._records.iterator(start=start, stop=end)
+        # fill_cache=False: a bulk scan must not evict the hot point-read blocks.
+        iterator = self._records.iterator(start=start, stop=end, fill_cache=False)
         try:
             for key, data in iterator:
                 yield key, decode(data)

@@ -1,0 +1,14 @@
+-- wrk script: GET uniform over keys written by wrk_put.lua (k<thread>-<n>, n <= KEYS).
+-- Usage: wrk -t2 -c64 -d10s -s bench/wrk_get.lua 'http://127.0.0.1:8080' -- KEYS [replicas]
+local keys = 10000
+local replicas = ""
+
+function init(args)
+  if args[1] then keys = tonumber(args[1]) end
+  if args[2] then replicas = "&replicas=" .. args[2] end
+end
+
+function request()
+  local path = "/v0/entity?id=k" .. math.random(0, 1) .. "-" .. math.random(1, keys) .. replicas
+  return wrk.format("GET", path)
+end
