@@ -51,7 +51,8 @@ class Breaker:
         return False
 
     def retry_after(self) -> float:
-        """Seconds until a request may be let through again (0 when it may now)."""
+        """Seconds until the cooldown ends: 0 once it has, even while the single probe is
+        still deciding (callers round a Retry-After up to at least a second)."""
         if self._opened_at is None:
             return 0.0
         return max(0.0, self._opened_at + self._cooldown - self._clock())

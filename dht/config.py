@@ -19,7 +19,7 @@ class NodeConfig:
     timeout: float = 1.0
     breaker_threshold: int = 5
     breaker_cooldown: float = 2.0
-    vnodes: int = 256
+    vnodes: int = 512
     max_value_bytes: int = 16 * MiB
     max_in_flight: int = 512
     peer_connections: int = 64

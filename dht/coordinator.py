@@ -13,9 +13,9 @@ import asyncio
 import enum
 import heapq
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from dht.clock import HybridClock
 from dht.config import NodeConfig
@@ -45,6 +45,16 @@ class Outcome:
     status: Status
     value: bytes = b""
     retry_after: float = 0.0
+
+
+class RecordSource(Protocol):
+    """One node's local range: sorted (key, record) pairs, closed when no longer read."""
+
+    def __aiter__(self) -> AsyncIterator[tuple[bytes, Record]]: ...
+
+    async def __anext__(self) -> tuple[bytes, Record]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class RangeIncomplete(Exception):
@@ -106,7 +116,9 @@ class Coordinator:
         record = Record.deleted(self._clock.now())
         return await self._write(key, record, replicas, Status.DELETED)
 
-    async def scan(self, start: bytes, end: bytes | None) -> AsyncIterator[tuple[bytes, bytes]]:
+    async def scan(
+        self, start: bytes, end: bytes | None
+    ) -> AsyncGenerator[tuple[bytes, bytes], None]:
         """The live records of the whole cluster in [start, end), merged, newest version
         per key. Raises NotEnoughSources (before anything is sent) when fewer than
         N - quorum(N) + 1 nodes answer; the iterator raises RangeIncomplete when that
@@ -116,7 +128,7 @@ class Coordinator:
             *(peer.open_scan(start, end) for peer in self._peers.by_url.values()),
             return_exceptions=True,
         )
-        sources: list[AsyncIterator[tuple[bytes, Record]]] = [self._local_scan(start, end)]
+        sources: list[RecordSource] = [self._local_scan(start, end)]
         for result in opened:
             if isinstance(result, PeerError):
                 log.info("range: a source is missing: %s", result)
@@ -126,7 +138,7 @@ class Coordinator:
                 sources.append(result)
         if len(sources) < needed:
             for source in sources:
-                await source.aclose()  # type: ignore[attr-defined]
+                await source.aclose()
             raise NotEnoughSources(f"{len(sources)} of {needed} nodes answered")
         return _merge_newest(sources, needed)
 
@@ -213,7 +225,12 @@ class Coordinator:
     def _own(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("background replica work failed", exc_info=error)
 
     async def _drain(self, pending: dict[asyncio.Task[T], str]) -> None:
         """Lets calls the client no longer waits for finish (each has its deadline)."""
@@ -271,7 +288,7 @@ class Coordinator:
 
     async def _local_scan(
         self, start: bytes, end: bytes | None
-    ) -> AsyncIterator[tuple[bytes, Record]]:
+    ) -> AsyncGenerator[tuple[bytes, Record], None]:
         for count, item in enumerate(self._storage.scan(start, end), start=1):
             yield item
             if count % 1024 == 0:
@@ -283,8 +300,8 @@ class NotEnoughSources(Exception):
 
 
 async def _merge_newest(
-    sources: list[AsyncIterator[tuple[bytes, Record]]], needed: int
-) -> AsyncIterator[tuple[bytes, bytes]]:
+    sources: list[RecordSource], needed: int
+) -> AsyncGenerator[tuple[bytes, bytes], None]:
     """k-way merge of sorted record streams: one entry per key, the newest version,
     tombstones dropped. Holds one record per source, whatever the size of the range."""
     heap: list[tuple[bytes, int, Record]] = []
@@ -319,7 +336,7 @@ async def _merge_newest(
                 yield key, best.value
     finally:
         for source in sources:
-            await source.aclose()  # type: ignore[attr-defined]
+            await source.aclose()
 
 
 def _log_replica_failure(url: str, error: BaseException) -> None:

@@ -6,6 +6,7 @@ them. Errors carry a short plain-text reason.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -76,9 +77,11 @@ class ClientApi:
         self,
         coordinator: Coordinator,
         cluster_size: int,
+        max_value_bytes: int,
         status: Callable[[], dict[str, Any]],
     ) -> None:
         self._coordinator = coordinator
+        self._max_value_bytes = max_value_bytes
         self._cluster_size = cluster_size
         self._status = status
 
@@ -101,6 +104,10 @@ class ClientApi:
     async def put_entity(self, request: web.Request) -> web.Response:
         key, replicas = self._entity_params(request)
         value = await request.read()
+        if len(value) > self._max_value_bytes:
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=self._max_value_bytes, actual_size=len(value)
+            )
         return respond(await self._coordinator.put(key, value, replicas))
 
     async def delete_entity(self, request: web.Request) -> web.Response:
@@ -122,8 +129,9 @@ class ClientApi:
         response.enable_chunked_encoding()
         await response.prepare(request)
         try:
-            async for key, value in records:
-                await response.write(key + b"\n" + value)  # one record, one chunk
+            async with contextlib.aclosing(records):  # closes peer streams on disconnect
+                async for key, value in records:
+                    await response.write(key + b"\n" + value)  # one record, one chunk
         except RangeIncomplete as exc:
             # The status line is gone already: cut the stream so the client sees an
             # incomplete body rather than a short one that looks whole.

@@ -23,8 +23,9 @@ from dht.storage import Storage
 
 log = logging.getLogger(__name__)
 
-# Headroom over the largest value for the record header and the multipart-free body.
-_BODY_OVERHEAD = 1024
+# Headroom over the largest value for a replica write's record header; client values
+# are checked against the exact limit in the handler.
+_BODY_OVERHEAD = 64
 # How long SIGTERM waits for in-flight requests before it closes their connections.
 SHUTDOWN_GRACE = 3.0
 
@@ -46,7 +47,7 @@ class Node:
         )
         self.limit = InFlightLimit(config.max_in_flight, (INTERNAL_PREFIX, "/v0/status"))
         internal = InternalApi(self.storage, self.clock, config.secret)
-        client = ClientApi(self.coordinator, len(self.ring), self.status)
+        client = ClientApi(self.coordinator, len(self.ring), config.max_value_bytes, self.status)
         self.app = web.Application(
             middlewares=[
                 plain_errors(config.max_value_bytes),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -79,9 +79,7 @@ class Peer:
 
         await self._guarded(request)
 
-    async def open_scan(
-        self, start: bytes, end: bytes | None
-    ) -> AsyncIterator[tuple[bytes, Record]]:
+    async def open_scan(self, start: bytes, end: bytes | None) -> RecordStream:
         """Opens the peer's local range (headers within the deadline) and returns it as a
         stream of records, tombstones included; every later read has the deadline too."""
         params = {"start": start.decode()}
@@ -97,32 +95,7 @@ class Peer:
                 raise
             return response
 
-        return self._frames(await self._guarded(request))
-
-    async def _frames(
-        self, response: aiohttp.ClientResponse
-    ) -> AsyncIterator[tuple[bytes, Record]]:
-        content = response.content
-        try:
-            while True:
-                async with asyncio.timeout(self._timeout):
-                    try:
-                        header = await content.readexactly(FRAME_LENGTH.size)
-                    except asyncio.IncompleteReadError as exc:
-                        if not exc.partial:
-                            return  # a clean end between frames
-                        raise
-                    (key_length,) = FRAME_LENGTH.unpack(header)
-                    key = await content.readexactly(key_length)
-                    (data_length,) = FRAME_LENGTH.unpack(
-                        await content.readexactly(FRAME_LENGTH.size)
-                    )
-                    data = await content.readexactly(data_length)
-                yield key, _decode(data)
-        except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            raise PeerError(f"{self.url}: range stream failed: {exc!r}") from exc
-        finally:
-            response.close()
+        return RecordStream(self.url, await self._guarded(request), self._timeout)
 
     async def _guarded(self, request: Callable[[], Awaitable[T]]) -> T:
         """Runs one replica request under the breaker and the deadline, and records its
@@ -162,6 +135,42 @@ class Peer:
                 log.warning("circuit to %s opened", self.url)
             else:
                 log.info("circuit to %s closed", self.url)
+
+
+class RecordStream:
+    """A peer's local range being read: async-iterates (key, record) frames; `aclose`
+    releases the connection, even when iteration never started."""
+
+    def __init__(self, url: str, response: aiohttp.ClientResponse, timeout: float) -> None:
+        self._url = url
+        self._response = response
+        self._timeout = timeout
+
+    def __aiter__(self) -> RecordStream:
+        return self
+
+    async def __anext__(self) -> tuple[bytes, Record]:
+        content = self._response.content
+        try:
+            async with asyncio.timeout(self._timeout):
+                try:
+                    header = await content.readexactly(FRAME_LENGTH.size)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise
+                    await self.aclose()  # a clean end between frames
+                    raise StopAsyncIteration from None
+                (key_length,) = FRAME_LENGTH.unpack(header)
+                key = await content.readexactly(key_length)
+                (data_length,) = FRAME_LENGTH.unpack(await content.readexactly(FRAME_LENGTH.size))
+                data = await content.readexactly(data_length)
+        except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            await self.aclose()
+            raise PeerError(f"{self._url}: range stream failed: {exc!r}") from exc
+        return key, _decode(data)
+
+    async def aclose(self) -> None:
+        self._response.close()
 
 
 def _id_param(key: bytes) -> dict[str, str]:

@@ -40,6 +40,8 @@ class Ring:
     def replicas_for(self, key: bytes, count: int) -> list[str]:
         """The first `count` distinct nodes clockwise from the key's hash."""
         count = min(count, len(self.nodes))
+        if count <= 0:
+            return []
         start = bisect.bisect_left(self._tokens, key_hash(key))
         found: list[str] = []
         size = len(self._owners)

@@ -1,0 +1,94 @@
+"""The hybrid logical clock (SPEC section 3: every write carries a version)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dht.clock import COUNTER_BITS, MAX_VERSION, HybridClock, version_at, version_ms
+
+START_MS = 1_700_000_000_000  # a realistic wall-clock reading (November 2023)
+
+
+class FakeWall:
+    """A wall clock in milliseconds that only moves when a test moves it."""
+
+    def __init__(self, ms: int = START_MS) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_versions_strictly_increase_with_a_frozen_wall_clock() -> None:
+    clock = HybridClock(FakeWall())
+    versions = [clock.now() for _ in range(10_000)]
+    assert all(a < b for a, b in itertools.pairwise(versions))
+
+
+def test_a_write_10_ms_later_is_newer_than_every_write_before_it() -> None:
+    wall = FakeWall()
+    clock = HybridClock(wall)
+    before = [clock.now() for _ in range(60_000)]  # many writes within one millisecond
+    wall.ms += 10
+    later = clock.now()
+    assert later > max(before)
+    assert version_ms(later) == wall.ms
+
+
+def test_versions_keep_increasing_when_the_wall_clock_steps_backwards() -> None:
+    wall = FakeWall()
+    clock = HybridClock(wall)
+    versions = [clock.now() for _ in range(5)]
+    wall.ms -= 5_000  # an NTP step back
+    versions += [clock.now() for _ in range(1_000)]
+    wall.ms += 2_000  # still behind the first reading
+    versions += [clock.now() for _ in range(5)]
+    wall.ms += 10_000  # past it again
+    versions += [clock.now() for _ in range(5)]
+    assert all(a < b for a, b in itertools.pairwise(versions))
+    assert version_ms(versions[-1]) == wall.ms
+
+
+def test_observing_a_newer_remote_version_moves_the_clock_past_it() -> None:
+    clock = HybridClock(FakeWall())
+    clock.now()
+    remote = version_at(START_MS + 60_000, 7)  # a peer whose wall clock runs a minute ahead
+    clock.observe(remote)
+    assert clock.last == remote
+    assert clock.now() > remote
+
+
+def test_observing_an_older_version_changes_nothing() -> None:
+    observing = HybridClock(FakeWall())
+    untouched = HybridClock(FakeWall())
+    for _ in range(3):
+        observing.now()
+        untouched.now()
+    last = observing.last
+    observing.observe(last)  # an equal version is not newer either
+    observing.observe(version_at(START_MS - 1_000))
+    assert observing.last == last
+    assert [observing.now() for _ in range(3)] == [untouched.now() for _ in range(3)]
+
+
+@pytest.mark.parametrize("ms", [0, 1, START_MS, 4_102_444_800_000, (1 << 48) - 1])
+def test_versions_fit_in_64_bits_with_milliseconds_in_the_high_bits(ms: int) -> None:
+    for counter in (0, 1, (1 << COUNTER_BITS) - 1):
+        version = version_at(ms, counter)
+        assert 0 <= version <= MAX_VERSION < 1 << 64
+        assert version_ms(version) == ms
+        assert version & ((1 << COUNTER_BITS) - 1) == counter
+    clock = HybridClock(FakeWall(ms))
+    issued = clock.now()
+    assert issued <= MAX_VERSION
+    assert version_ms(issued) == ms
+
+
+def test_the_clock_refuses_to_issue_a_version_beyond_64_bits() -> None:
+    clock = HybridClock(FakeWall(0))
+    clock.observe(MAX_VERSION)
+    with pytest.raises(OverflowError):
+        clock.now()
+    assert clock.last == MAX_VERSION
