@@ -74,6 +74,12 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         help="largest accepted value; larger bodies get 413 (default %(default)s)",
     )
     parser.add_argument(
+        "--max-key-bytes",
+        type=positive_int,
+        default=d.max_key_bytes,
+        help="longest accepted key, in UTF-8 bytes; longer ones get 400 (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-in-flight",
         type=positive_int,
         default=d.max_in_flight,
@@ -217,6 +223,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         breaker_cooldown=args.breaker_cooldown,
         vnodes=args.vnodes,
         max_value_bytes=args.max_value_bytes,
+        max_key_bytes=args.max_key_bytes,
         max_in_flight=args.max_in_flight,
         peer_connections=args.peer_connections,
         sync_writes=args.sync_writes,

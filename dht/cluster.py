@@ -32,6 +32,7 @@ _PASSED_FLAGS = (
     "breaker_cooldown",
     "vnodes",
     "max_value_bytes",
+    "max_key_bytes",
     "max_in_flight",
     "peer_connections",
     "hint_max_bytes",

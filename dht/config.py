@@ -21,6 +21,7 @@ class NodeConfig:
     breaker_cooldown: float = 2.0
     vnodes: int = 512
     max_value_bytes: int = 16 * MiB
+    max_key_bytes: int = 64 * 1024
     max_in_flight: int = 512
     peer_connections: int = 64
     sync_writes: bool = False

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dht.config import NodeConfig
 from dht.coordinator import Coordinator, NotEnoughSources, Outcome, RangeIncomplete, Status
 from dht.replicas import BadReplicas, ReplicaCount, parse_replicas
 
@@ -76,13 +77,13 @@ class ClientApi:
     def __init__(
         self,
         coordinator: Coordinator,
-        cluster_size: int,
-        max_value_bytes: int,
+        config: NodeConfig,
         status: Callable[[], dict[str, Any]],
     ) -> None:
         self._coordinator = coordinator
-        self._max_value_bytes = max_value_bytes
-        self._cluster_size = cluster_size
+        self._cluster_size = len(config.cluster)
+        self._max_value_bytes = config.max_value_bytes
+        self._max_key_bytes = config.max_key_bytes
         self._status = status
 
     def routes(self) -> list[web.RouteDef]:
@@ -144,6 +145,8 @@ class ClientApi:
 
     def _entity_params(self, request: web.Request) -> tuple[bytes, ReplicaCount]:
         key = as_key(required_param(request, "id"), "id")
+        if len(key) > self._max_key_bytes:
+            raise BadRequest(f"id is longer than {self._max_key_bytes} bytes")
         try:
             replicas = parse_replicas(request.query.get("replicas"), self._cluster_size)
         except BadReplicas as exc:

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # Headroom over the largest value for a replica write's record header; client values
 # are checked against the exact limit in the handler.
 _BODY_OVERHEAD = 64
+# Method, path, other parameters and the HTTP version around the key in a request line.
+_REQUEST_LINE_OVERHEAD = 1024
 # How long SIGTERM waits for in-flight requests before it closes their connections.
 SHUTDOWN_GRACE = 3.0
 
@@ -47,7 +49,7 @@ class Node:
         )
         self.limit = InFlightLimit(config.max_in_flight, (INTERNAL_PREFIX, "/v0/status"))
         internal = InternalApi(self.storage, self.clock, config.secret)
-        client = ClientApi(self.coordinator, len(self.ring), config.max_value_bytes, self.status)
+        client = ClientApi(self.coordinator, config, self.status)
         self.app = web.Application(
             middlewares=[
                 plain_errors(config.max_value_bytes),
@@ -78,7 +80,12 @@ class Node:
 
     async def run(self) -> None:
         runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_GRACE,
+            # A key travels percent-encoded in the request line: up to 3 bytes per byte.
+            max_line_size=3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD,
         )
         await runner.setup()
         stop = asyncio.Event()

@@ -21,13 +21,21 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+from dht.record import Record, decode, encode
+from dht.wire import FRAME_LENGTH, RECORD_PATH, RECORDS_PATH, SECRET_HEADER
+
+T = TypeVar("T")
 
 HOST = "127.0.0.1"
 READY_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
+# The smallest non-empty key: a range from it takes every key (a start must not be empty).
+LOWEST_KEY = "\x00"
 DEFAULT_COMMAND = (
     f"{shlex.quote(sys.executable)} -m dht node --port {{port}} --data-dir {{data_dir}} "
     "--cluster {cluster} --self {self}"
@@ -54,6 +62,10 @@ class Response:
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
 
+    def header(self, name: str) -> str | None:
+        """A header by its case-insensitive name."""
+        return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
+
 
 def request(method: str, url: str, body: bytes | None = None, timeout: float = 10.0) -> Response:
     """One HTTP request on a fresh connection; raises OSError if nothing answers."""
@@ -68,11 +80,77 @@ def request(method: str, url: str, body: bytes | None = None, timeout: float = 1
         connection.close()
 
 
+def wait_for(probe: Callable[[], T], done: Callable[[T], bool], deadline: float = 5.0) -> T:
+    """Calls `probe` until `done` holds for its result and returns that result; raises
+    TimeoutError naming the last result when `deadline` seconds pass first."""
+    started = time.monotonic()
+    while True:
+        result = probe()
+        if done(result):
+            return result
+        if time.monotonic() - started > deadline:
+            raise TimeoutError(f"still {result!r} after {deadline}s")
+        time.sleep(0.02)
+
+
 def entity_url(base: str, key: str, replicas: str | None = None) -> str:
     query = {"id": key}
     if replicas is not None:
         query["replicas"] = replicas
     return f"{base}/v0/entity?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+def entities_url(base: str, start: str, end: str | None = None) -> str:
+    query = {"start": start} | ({} if end is None else {"end": end})
+    return f"{base}/v0/entities?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+@dataclass
+class RawResponse:
+    """A response as it came off the socket: `body` keeps its transfer framing, which
+    http.client would strip, so a test can see how a stream was cut into chunks."""
+
+    status: int
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+    @property
+    def chunks(self) -> list[bytes]:
+        """The chunks of a `Transfer-Encoding: chunked` body, in order, without the final
+        empty one; raises ValueError if the framing is broken or the body is cut short."""
+        chunks: list[bytes] = []
+        position = 0
+        while True:
+            line_end = self.body.find(b"\r\n", position)
+            if line_end < 0:
+                raise ValueError(f"no chunk-size line at byte {position}")
+            size = int(self.body[position:line_end].split(b";")[0], 16)
+            start, end = line_end + 2, line_end + 2 + size
+            if size == 0:
+                if self.body[start:] != b"\r\n":
+                    raise ValueError(f"bytes after the last chunk: {self.body[start:]!r}")
+                return chunks
+            if len(self.body) < end + 2 or self.body[end : end + 2] != b"\r\n":
+                raise ValueError(f"chunk at byte {position} is cut short or not terminated")
+            chunks.append(self.body[start:end])
+            position = end + 2
+
+
+def raw_get(url: str, timeout: float = 10.0) -> RawResponse:
+    """GET over a bare socket (HTTP/1.1, Connection: close), read to EOF and unparsed."""
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    head = f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+        sock.sendall(head.encode("ascii"))
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    head_bytes, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head_bytes.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in header_lines)
+    }
+    return RawResponse(int(status_line.split()[1]), headers, body)
 
 
 @dataclass
@@ -171,9 +249,28 @@ class Node:
         return request("DELETE", entity_url(self.url, key, replicas))
 
     def range(self, start: str, end: str | None = None) -> Response:
-        query = {"start": start} | ({} if end is None else {"end": end})
-        encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
-        return request("GET", f"{self.url}/v0/entities?{encoded}")
+        return request("GET", entities_url(self.url, start, end))
+
+    def range_chunks(self, start: str, end: str | None = None) -> RawResponse:
+        """The range with its chunked framing kept (see RawResponse.chunks)."""
+        return raw_get(entities_url(self.url, start, end))
+
+    # -- this node's own records (dht's internal API, not v0; for cluster and chaos tests)
+
+    def local_records(self, start: str = LOWEST_KEY, end: str | None = None) -> dict[str, Record]:
+        """The records this node itself stores in [start, end), tombstones included, read
+        from `GET /internal/v0/records`, which is never coordinated: how many nodes hold a
+        key, and which version each one holds. The default start takes every key."""
+        response = internal_request(self, "GET", records_url(self.url, start, end))
+        if response.status != 200:
+            raise RuntimeError(f"{self.url} local records: {response.status} {response.text}")
+        return decode_frames(response.body)
+
+    def put_local(self, key: str, record: Record) -> Response:
+        """`PUT /internal/v0/record`: a replica write to this node only, as a peer sends it."""
+        query = urllib.parse.urlencode({"id": key}, quote_via=urllib.parse.quote)
+        url = f"{self.url}{RECORD_PATH}?{query}"
+        return internal_request(self, "PUT", url, encode(record))
 
 
 class Cluster:
@@ -221,3 +318,57 @@ class Cluster:
                 node.process.send_signal(signal.SIGTERM)
         for node in self.nodes:
             node.stop()
+
+
+# -- reading a node's own records (dht's internal API) -----------------------------------
+
+
+def records_url(base: str, start: str, end: str | None = None) -> str:
+    query = {"start": start} | ({} if end is None else {"end": end})
+    return f"{base}{RECORDS_PATH}?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+def cluster_secret(node: Node) -> str | None:
+    """The secret the node was started with (`--secret`, else $DHT_SECRET), if any."""
+    args = node.extra_args
+    for index, arg in enumerate(args):
+        if arg == "--secret" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--secret="):
+            return arg.partition("=")[2]
+    return os.environ.get("DHT_SECRET")
+
+
+def internal_request(node: Node, method: str, url: str, body: bytes | None = None) -> Response:
+    """One request to an internal path, carrying the node's cluster secret if it has one."""
+    parts = urllib.parse.urlsplit(url)
+    secret = cluster_secret(node)
+    headers = {} if secret is None else {SECRET_HEADER: secret}
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10.0)
+    try:
+        connection.request(method, f"{parts.path}?{parts.query}", body=body, headers=headers)
+        response = connection.getresponse()
+        return Response(response.status, response.read(), dict(response.getheaders()))
+    finally:
+        connection.close()
+
+
+def decode_frames(body: bytes) -> dict[str, Record]:
+    """The internal range stream (dht.wire): frames of key length (4 bytes big-endian),
+    key, record length, record. Raises ValueError if the stream is cut inside a frame."""
+    records: dict[str, Record] = {}
+    position = 0
+
+    def take(size: int) -> bytes:
+        nonlocal position
+        if position + size > len(body):
+            raise ValueError(f"range stream cut short at byte {position} of {len(body)}")
+        position += size
+        return body[position - size : position]
+
+    while position < len(body):
+        (key_length,) = FRAME_LENGTH.unpack(take(FRAME_LENGTH.size))
+        key = take(key_length)
+        (data_length,) = FRAME_LENGTH.unpack(take(FRAME_LENGTH.size))
+        records[key.decode()] = decode(take(data_length))
+    return records

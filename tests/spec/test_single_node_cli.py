@@ -1,0 +1,140 @@
+"""SPEC.md section 1, the command line of this implementation (`python -m dht`): help,
+flags, and the errors a node that cannot start reports."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.launcher import HOST, Node, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+EXIT_WITHIN = 10.0
+
+
+def run_dht(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dht", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_WITHIN,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], mentions: str) -> None:
+    """A non-zero exit, no traceback, and exactly one line saying what is wrong (besides
+    argparse's usage block and any log lines of other levels)."""
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [
+        line
+        for line in result.stderr.splitlines()
+        if "error" in line.lower() and not line.startswith(("usage:", " "))
+    ]
+    assert len(errors) == 1, result.stderr
+    assert mentions in errors[0], errors[0]
+
+
+@dataclass
+class CommandLineNode(Node):
+    """A node started from an exact command line rather than the launcher's template."""
+
+    argv: list[str] = field(default_factory=list)
+
+    def command(self) -> list[str]:
+        return self.argv
+
+
+@pytest.mark.parametrize("args", [["--help"], ["node", "--help"], ["cluster", "--help"]])
+def test_help_exits_0(args: list[str]) -> None:
+    result = run_dht(*args)
+    assert result.returncode == 0, result.stderr
+    assert "usage" in result.stdout.lower()
+
+
+@pytest.mark.parametrize(
+    ("flag", "default"),
+    [("--timeout", "1.0"), ("--breaker-threshold", "5"), ("--breaker-cooldown", "2.0")],
+)
+def test_node_help_lists_each_fault_handling_flag_with_its_default(flag: str, default: str) -> None:
+    text = " ".join(run_dht("node", "--help").stdout.split())
+    assert re.search(rf"{flag} [A-Z_]+ [^()]*\(default:? {re.escape(default)}\)", text), text
+
+
+def node_args(port: int, data_dir: Path, cluster: str) -> list[str]:
+    return ["node", "--port", str(port), "--data-dir", str(data_dir), "--cluster", cluster]
+
+
+BAD_FLAGS = {
+    "cluster-not-a-url": (["--cluster", "notaurl"], "notaurl"),
+    "cluster-url-with-path": (["--cluster", "http://127.0.0.1:{port}/x"], "/x"),
+    "cluster-lists-a-node-twice": (
+        ["--cluster", "http://127.0.0.1:{port},http://127.0.0.1:{port}"],
+        "twice",
+    ),
+    "self-not-in-cluster": (["--self", "http://127.0.0.1:1"], "--self"),
+    "port-not-a-number": (["--port", "abc"], "--port"),
+    "port-out-of-range": (["--port", "70000"], "--port"),
+    "timeout-zero": (["--timeout", "0"], "--timeout"),
+    "unknown-flag": (["--bogus"], "--bogus"),
+}
+
+
+@pytest.mark.parametrize(("override", "mentions"), BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_node_with_a_bad_flag_exits_nonzero_with_a_one_line_error(
+    tmp_path: Path, override: list[str], mentions: str
+) -> None:
+    port = free_port()
+    args = node_args(port, tmp_path / "data", f"http://127.0.0.1:{port}")
+    args += [arg.format(port=port) for arg in override]  # argparse: the last one wins
+    assert_one_line_error(run_dht(*args), mentions)
+
+
+@pytest.mark.parametrize("missing", ["--port", "--data-dir", "--cluster"])
+def test_node_without_a_required_flag_exits_nonzero_with_a_one_line_error(
+    tmp_path: Path, missing: str
+) -> None:
+    port = free_port()
+    args = node_args(port, tmp_path / "data", f"http://127.0.0.1:{port}")
+    position = args.index(missing)
+    del args[position : position + 2]
+    assert_one_line_error(run_dht(*args), missing)
+
+
+def test_node_on_a_taken_port_exits_nonzero_with_a_one_line_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        result = run_dht(*node_args(port, tmp_path / "data", f"http://127.0.0.1:{port}"))
+    assert_one_line_error(result, str(port))
+
+
+def test_node_on_a_data_dir_in_use_exits_nonzero_with_a_one_line_error(node: Node) -> None:
+    port = free_port()
+    result = run_dht(*node_args(port, node.data_dir, f"http://127.0.0.1:{port}"))
+    assert_one_line_error(result, str(node.data_dir))
+    assert node.put("k", b"v").status == 201, "the node owning the data dir still serves"
+
+
+def test_self_defaults_to_the_cluster_entry_with_this_port_and_hosts_may_be_names(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    data_dir = tmp_path / "node"
+    url = f"http://localhost:{port}"
+    argv = [sys.executable, "-m", "dht", *node_args(port, data_dir, url)]
+    node = CommandLineNode(port, data_dir, url, [url], argv=argv)
+    node.start()
+    try:
+        assert node.put("k", b"v").status == 201
+        assert node.get("k").body == b"v"
+    finally:
+        node.stop()
