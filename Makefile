@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY := .tools/bin/toxiproxy-server
-CHECKED := dht tests chaos locustfiles
+CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
 .PHONY: run test lint unit spec chaos lock clean
 
