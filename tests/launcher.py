@@ -70,7 +70,7 @@ class Response:
 def request(method: str, url: str, body: bytes | None = None, timeout: float = 10.0) -> Response:
     """One HTTP request on a fresh connection; raises OSError if nothing answers."""
     parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout)
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         connection.request(method, target, body=body)
@@ -344,7 +344,7 @@ def internal_request(node: Node, method: str, url: str, body: bytes | None = Non
     parts = urllib.parse.urlsplit(url)
     secret = cluster_secret(node)
     headers = {} if secret is None else {SECRET_HEADER: secret}
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10.0)
+    connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=10.0)
     try:
         connection.request(method, f"{parts.path}?{parts.query}", body=body, headers=headers)
         response = connection.getresponse()
