@@ -1,0 +1,86 @@
+"""Hinted handoff through real Toxiproxy faults (SPEC.md section 4): a replica that
+missed writes while cut off receives them from the coordinators' durable hints soon after
+it answers again, with no read of those keys."""
+
+from __future__ import annotations
+
+import time
+
+from chaos.flags import FAST_FAULTS
+from chaos.observe import pending_hints, read_repairs, status
+from tests.fixtures import ChaosClusterFactory
+from tests.launcher import Node, wait_for
+
+# From the heal: the breaker's cooldown (0.5 s), a delivery round (0.2 s), and slack.
+HANDOFF_DEADLINE = 5.0
+
+
+def live_values(node: Node, keys: set[str]) -> dict[str, bytes]:
+    """The live values `node` itself stores for `keys`."""
+    return {
+        key: record.value
+        for key, record in node.local_records().items()
+        if key in keys and not record.tombstone
+    }
+
+
+def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_bounded_time(
+    start_chaos_cluster: ChaosClusterFactory,
+) -> None:
+    cluster, testbed = start_chaos_cluster(3, FAST_FAULTS)
+    coordinators, replica = [cluster[0], cluster[1]], cluster[2]
+    written = {f"handoff-{i:02d}": f"value-{i}".encode() for i in range(20)}
+
+    testbed.cut(testbed.links_into(2))
+    for index, (key, value) in enumerate(written.items()):
+        assert coordinators[index % 2].put(key, value).status == 201
+    wait_for(
+        lambda: sum(pending_hints(node, replica) for node in coordinators),
+        lambda count: count == len(written),
+    )
+    assert live_values(replica, set(written)) == {}
+
+    testbed.heal()
+    healed = time.monotonic()
+    wait_for(
+        lambda: live_values(replica, set(written)),
+        lambda values: values == written,
+        deadline=HANDOFF_DEADLINE,
+    )
+    print(f"\n{len(written)} hinted writes delivered {time.monotonic() - healed:.2f}s after heal")
+    assert [read_repairs(node) for node in cluster] == [0, 0, 0], "a read repaired them"
+    wait_for(
+        lambda: [pending_hints(node, replica) for node in coordinators],
+        lambda counts: counts == [0, 0],
+    )
+    assert sum(int(status(node)["hints_delivered"]) for node in coordinators) == len(written)
+
+
+def test_hints_survive_a_restart_of_the_hint_holder(
+    start_chaos_cluster: ChaosClusterFactory,
+) -> None:
+    """The hint holder is killed (SIGKILL, the harshest restart) and started again while
+    the replica is still cut off; its hints come back from disk and are delivered."""
+    cluster, testbed = start_chaos_cluster(3, FAST_FAULTS)
+    holder, replica = cluster[0], cluster[2]
+    written = {f"durable-{i:02d}": f"value-{i}".encode() for i in range(10)}
+
+    testbed.cut(testbed.links_into(2))
+    for key, value in written.items():
+        assert holder.put(key, value).status == 201
+    wait_for(lambda: pending_hints(holder, replica), lambda count: count == len(written))
+    holder.kill()
+    holder.start()
+    assert pending_hints(holder, replica) == len(written), "hints lost in the restart"
+    assert live_values(replica, set(written)) == {}
+
+    testbed.heal()
+    healed = time.monotonic()
+    wait_for(
+        lambda: live_values(replica, set(written)),
+        lambda values: values == written,
+        deadline=HANDOFF_DEADLINE,
+    )
+    print(f"\nhints delivered {time.monotonic() - healed:.2f}s after heal, across a restart")
+    assert [read_repairs(node) for node in cluster] == [0, 0, 0], "a read repaired them"
+    assert int(status(holder)["hints_delivered"]) == len(written)

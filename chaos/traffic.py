@@ -1,0 +1,104 @@
+"""Concurrent quorum clients that record every operation they attempt as a history
+(`chaos.history.Op`), for the checker to judge once the faults are healed.
+
+Each client thread picks, with its own seeded random, a node, a key from a small key
+space (so writes overwrite each other) and an operation, sends it straight to the node
+(127.0.0.1, never through Toxiproxy) and records invoke time, completion time and
+status. Every PUT sends a value no other operation sends, so a value read names the write
+it came from.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chaos.history import Kind, Op
+from tests.launcher import Node, entity_url, request
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Shares of each operation; the rest of 1.0 after PUT and DELETE are GETs."""
+
+    put: float = 0.6
+    delete: float = 0.1
+
+
+def key_space(size: int) -> list[str]:
+    return [f"key-{index:02d}" for index in range(size)]
+
+
+def attempt(node: Node, kind: Kind, key: str, value: bytes | None, timeout: float) -> Op:
+    """Sends one operation at the node's default quorum and records it. No answer within
+    `timeout` (or a lost connection) is recorded with status and completion None."""
+    invoked = time.monotonic()
+    body = value if kind is Kind.PUT else None
+    try:
+        response = request(kind.value, entity_url(node.url, key), body=body, timeout=timeout)
+    except OSError:
+        return Op(kind, key, value, invoked, None, None)
+    completed = time.monotonic()
+    if kind is Kind.GET:
+        value = response.body if response.status == 200 else None
+    return Op(kind, key, value, invoked, completed, response.status)
+
+
+class Clients:
+    """`count` client threads sending operations until `stop` is called."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        keys: Sequence[str],
+        count: int,
+        seed: int,
+        timeout: float = 1.0,
+        mix: Mix = Mix(),
+    ) -> None:
+        self._nodes = list(nodes)
+        self._keys = list(keys)
+        self._seed = seed
+        self._timeout = timeout
+        self._mix = mix
+        self._stopping = threading.Event()
+        self._histories: list[list[Op]] = [[] for _ in range(count)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(index,), name=f"client-{index}", daemon=True)
+            for index in range(count)
+        ]
+
+    def start(self) -> Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> list[Op]:
+        """Stops every client (each finishes the operation it is in) and returns the
+        merged history, in invoke order."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=self._timeout + 5.0)
+            if thread.is_alive():
+                raise RuntimeError(f"{thread.name} did not stop")
+        return sorted((op for ops in self._histories for op in ops), key=lambda op: op.invoked)
+
+    def _run(self, index: int) -> None:
+        rng = random.Random(self._seed * 1000 + index)
+        history = self._histories[index]
+        sequence = 0
+        while not self._stopping.is_set():
+            node = rng.choice(self._nodes)
+            key = rng.choice(self._keys)
+            draw = rng.random()
+            if draw < self._mix.put:
+                sequence += 1
+                value = f"client{index}-{sequence}".encode()
+                history.append(attempt(node, Kind.PUT, key, value, self._timeout))
+            elif draw < self._mix.put + self._mix.delete:
+                history.append(attempt(node, Kind.DELETE, key, None, self._timeout))
+            else:
+                history.append(attempt(node, Kind.GET, key, None, self._timeout))
