@@ -129,11 +129,15 @@ class Testbed:
         """A two-way partition of one node from all the others."""
         self.cut([*self.links_into(index), *self.links_out_of(index)])
 
-    def add_toxic(self, links: Iterable[Any], kind: str, **attributes: Any) -> None:
-        """Adds a toxic (latency, timeout, reset_peer, slicer, bandwidth, ...) to links,
-        on the downstream direction (the answers coming back)."""
+    def add_toxic(
+        self, links: Iterable[Any], kind: str, stream: str = "downstream", **attributes: Any
+    ) -> None:
+        """Adds a toxic (latency, timeout, reset_peer, slicer, bandwidth, ...) to links:
+        on `downstream` (the answers coming back) or `upstream` (the requests going out)."""
         for proxy in links:
-            proxy.add_toxic(type=kind, attributes=attributes)
+            proxy.add_toxic(
+                type=kind, stream=stream, name=f"{kind}_{stream}", attributes=attributes
+            )
 
     def heal(self) -> None:
         """Enables every link and removes every toxic."""
