@@ -11,6 +11,7 @@ builds one into .tools/bin; $DHT_TOXIPROXY_SERVER or PATH can name another.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -49,19 +50,36 @@ def link_name(source: int, target: int) -> str:
     return f"{node_name(source)}-to-{node_name(target)}"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct free ports: every socket stays bound until all are chosen, or the
+    kernel may hand out the same port twice."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def ports_needed(nodes: int) -> int:
+    """Ports a test bed listens on: its API and one proxy per directed link."""
+    return 1 + nodes * (nodes - 1)
 
 
 class Testbed:
     """Starts toxiproxy-server on a free loopback port and a proxy for every link between
     `node_urls` (http://host:port of each node, in cluster order)."""
 
-    def __init__(self, node_urls: list[str], log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        node_urls: list[str],
+        log_path: Path | None = None,
+        ports: list[int] | None = None,
+    ) -> None:
+        """`ports` (ports_needed(len(node_urls)) of them) are where the API and the links
+        listen; by default free ones, chosen now."""
         self.node_urls = node_urls
-        self.api_port = free_port()
+        self._ports = ports or free_ports(ports_needed(len(node_urls)))
+        self.api_port = self._ports[0]
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
         self.toxiproxy = Toxiproxy()
@@ -86,12 +104,15 @@ class Testbed:
                 self.stop()
                 raise RuntimeError("toxiproxy-server did not start")
             time.sleep(0.02)
+        link_ports = iter(self._ports[1:])
         for source in range(len(self.node_urls)):
             for target in range(len(self.node_urls)):
                 if source != target:
                     upstream = urlsplit(self.node_urls[target]).netloc
                     self.links[source, target] = self.toxiproxy.create(
-                        upstream=upstream, name=link_name(source, target)
+                        upstream=upstream,
+                        name=link_name(source, target),
+                        listen=f"127.0.0.1:{next(link_ports)}",
                     )
         return self
 

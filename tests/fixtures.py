@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.testbed import Testbed
+from dht.testbed import Testbed, free_ports, ports_needed
 from tests.launcher import Cluster, Node
 
 ClusterFactory = Callable[..., Cluster]
@@ -44,8 +44,10 @@ def start_chaos_cluster(tmp_path: Path) -> Iterator[ChaosClusterFactory]:
     def start(size: int, extra_args: list[str] | None = None) -> tuple[Cluster, Testbed]:
         root = tmp_path / f"chaos-{len(started)}"
         root.mkdir()
-        cluster = Cluster(root, size, extra_args)
-        testbed = Testbed(cluster.urls, root / "toxiproxy.log").start()
+        # One draw for every port, so a proxy cannot take a node's port or another's.
+        ports = free_ports(size + ports_needed(size))
+        cluster = Cluster(root, size, extra_args, ports[:size])
+        testbed = Testbed(cluster.urls, root / "toxiproxy.log", ports[size:]).start()
         started.append((cluster, testbed))
         for index, node in enumerate(cluster):
             node.extra_args += testbed.route_args(index)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dht.record import Record, decode, encode
+from dht.testbed import free_ports
 from dht.wire import FRAME_LENGTH, RECORD_PATH, RECORDS_PATH, SECRET_HEADER
 
 T = TypeVar("T")
@@ -47,9 +48,7 @@ def node_command_template() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @dataclass
@@ -281,8 +280,10 @@ class Cluster:
         root: Path,
         size: int,
         extra_args: list[str] | None = None,
+        ports: list[int] | None = None,
     ) -> None:
-        ports = [free_port() for _ in range(size)]
+        """`ports`: where the nodes listen; by default free ones, chosen now."""
+        ports = ports or free_ports(size)
         self.urls = [f"http://{HOST}:{port}" for port in ports]
         self.nodes = [
             Node(
