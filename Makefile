@@ -49,7 +49,7 @@ lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet --disable-pip-version-check '.[test]'
 	.lock-venv/bin/pip freeze --exclude dht > requirements.lock
-	rm -rf .lock-venv
+	rm -rf .lock-venv build
 
 clean:
 	rm -rf $(VENV) .tools

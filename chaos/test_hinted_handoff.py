@@ -8,8 +8,9 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints, read_repairs, status
+from dht.testbed import Testbed
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import Node, wait_for
+from tests.launcher import Cluster, Node, wait_for
 
 # From the heal: the breaker's cooldown (0.5 s), a delivery round (0.2 s), and slack.
 HANDOFF_DEADLINE = 5.0
@@ -22,6 +23,23 @@ def live_values(node: Node, keys: set[str]) -> dict[str, bytes]:
         for key, record in node.local_records().items()
         if key in keys and not record.tombstone
     }
+
+
+def heal_and_await_handoff(
+    testbed: Testbed, cluster: Cluster, replica: Node, written: dict[str, bytes]
+) -> float:
+    """Heals every link, waits until `replica` holds `written`, checks that no read
+    repaired it (so hints did), and returns the seconds the delivery took."""
+    testbed.heal()
+    healed = time.monotonic()
+    wait_for(
+        lambda: live_values(replica, set(written)),
+        lambda values: values == written,
+        deadline=HANDOFF_DEADLINE,
+    )
+    delay = time.monotonic() - healed
+    assert [read_repairs(node) for node in cluster] == [0, 0, 0], "a read repaired them"
+    return delay
 
 
 def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_bounded_time(
@@ -40,15 +58,8 @@ def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_boun
     )
     assert live_values(replica, set(written)) == {}
 
-    testbed.heal()
-    healed = time.monotonic()
-    wait_for(
-        lambda: live_values(replica, set(written)),
-        lambda values: values == written,
-        deadline=HANDOFF_DEADLINE,
-    )
-    print(f"\n{len(written)} hinted writes delivered {time.monotonic() - healed:.2f}s after heal")
-    assert [read_repairs(node) for node in cluster] == [0, 0, 0], "a read repaired them"
+    delay = heal_and_await_handoff(testbed, cluster, replica, written)
+    print(f"\n{len(written)} hinted writes delivered {delay:.2f}s after heal")
     wait_for(
         lambda: [pending_hints(node, replica) for node in coordinators],
         lambda counts: counts == [0, 0],
@@ -74,13 +85,6 @@ def test_hints_survive_a_restart_of_the_hint_holder(
     assert pending_hints(holder, replica) == len(written), "hints lost in the restart"
     assert live_values(replica, set(written)) == {}
 
-    testbed.heal()
-    healed = time.monotonic()
-    wait_for(
-        lambda: live_values(replica, set(written)),
-        lambda values: values == written,
-        deadline=HANDOFF_DEADLINE,
-    )
-    print(f"\nhints delivered {time.monotonic() - healed:.2f}s after heal, across a restart")
-    assert [read_repairs(node) for node in cluster] == [0, 0, 0], "a read repaired them"
+    delay = heal_and_await_handoff(testbed, cluster, replica, written)
+    print(f"\nhints delivered {delay:.2f}s after heal, across a restart")
     assert int(status(holder)["hints_delivered"]) == len(written)

@@ -69,6 +69,8 @@ class Testbed:
     """Starts toxiproxy-server on a free loopback port and a proxy for every link between
     `node_urls` (http://host:port of each node, in cluster order)."""
 
+    __test__ = False  # a name pytest would otherwise try to collect from test modules
+
     def __init__(
         self,
         node_urls: list[str],
