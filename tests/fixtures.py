@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.testbed import Testbed, free_ports, ports_needed
-from tests.launcher import Cluster, Node
+from dht.testbed import Testbed
+from tests.launcher import Cluster, Node, chaos_cluster
 
 ClusterFactory = Callable[..., Cluster]
 ChaosClusterFactory = Callable[..., tuple[Cluster, Testbed]]
@@ -42,15 +42,8 @@ def start_chaos_cluster(tmp_path: Path) -> Iterator[ChaosClusterFactory]:
     started: list[tuple[Cluster, Testbed]] = []
 
     def start(size: int, extra_args: list[str] | None = None) -> tuple[Cluster, Testbed]:
-        root = tmp_path / f"chaos-{len(started)}"
-        root.mkdir()
-        # One draw for every port, so a proxy cannot take a node's port or another's.
-        ports = free_ports(size + ports_needed(size))
-        cluster = Cluster(root, size, extra_args, ports[:size])
-        testbed = Testbed(cluster.urls, root / "toxiproxy.log", ports[size:]).start()
+        cluster, testbed = chaos_cluster(tmp_path / f"chaos-{len(started)}", size, extra_args)
         started.append((cluster, testbed))
-        for index, node in enumerate(cluster):
-            node.extra_args += testbed.route_args(index)
         return cluster.start(), testbed
 
     yield start

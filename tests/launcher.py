@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dht.record import Record, decode, encode
-from dht.testbed import free_ports
+from dht.testbed import Testbed, free_ports, ports_needed
 from dht.wire import FRAME_LENGTH, RECORD_PATH, RECORDS_PATH, SECRET_HEADER
 
 T = TypeVar("T")
@@ -373,3 +373,18 @@ def decode_frames(body: bytes) -> dict[str, Record]:
         (data_length,) = FRAME_LENGTH.unpack(take(FRAME_LENGTH.size))
         records[key.decode()] = decode(take(data_length))
     return records
+
+
+def chaos_cluster(
+    root: Path, size: int, extra_args: list[str] | None = None
+) -> tuple[Cluster, Testbed]:
+    """A cluster (not started yet) whose every node-to-node link crosses a Toxiproxy
+    proxy, and its started test bed. Stop both when done."""
+    root.mkdir(parents=True, exist_ok=True)
+    # One draw for every port, so a proxy cannot take a node's port or another's.
+    ports = free_ports(size + ports_needed(size))
+    cluster = Cluster(root, size, extra_args, ports[:size])
+    testbed = Testbed(cluster.urls, root / "toxiproxy.log", ports[size:]).start()
+    for index, node in enumerate(cluster):
+        node.extra_args += testbed.route_args(index)
+    return cluster, testbed
