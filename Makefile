@@ -47,7 +47,7 @@ $(TOXIPROXY):
 # Refreshes the pinned versions after a change to pyproject.toml's dependencies.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/pip install --quiet --disable-pip-version-check '.[test]'
+	.lock-venv/bin/pip install --quiet --disable-pip-version-check '.[test,bench]'
 	.lock-venv/bin/pip freeze --exclude dht > requirements.lock
 	rm -rf .lock-venv build
 
