@@ -28,7 +28,7 @@ from urllib.parse import quote
 import aiohttp
 from hdrh.histogram import HdrHistogram
 
-from bench.prefill import KEY_PREFIX, key_name
+from locustfiles.prefill import KEY_PREFIX, key_name
 
 PERCENTILES = (50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 100.0)
 # Latencies are recorded in microseconds, from 1 µs to 5 minutes, 3 significant digits.

@@ -29,7 +29,7 @@ from pathlib import Path
 import uvloop
 
 from bench.constant_rate import Result, Workload, run
-from bench.prefill import KEY_PREFIX, prefill
+from locustfiles.prefill import KEY_PREFIX, prefill
 from tests.launcher import Cluster, chaos_cluster, free_port, request, wait_for
 
 P99_BOUND_MS = 50.0

@@ -1,6 +1,7 @@
 """Fills a store with keys `key0000000000` ... before read benchmarks (bench and Locust).
 
-Plain threads and urllib, so it runs the same inside Locust (gevent) and in scripts.
+Plain threads and urllib, so it runs the same inside Locust (gevent) and in scripts; no
+imports from this repository, so locust can load it as a sibling of the profiles.
 """
 
 from __future__ import annotations
