@@ -54,6 +54,23 @@ def unique_key() -> str:
     return f"new-{next(_unique):012d}"
 
 
+def put_new_key(user: Any) -> None:
+    """One PUT of a key no request of this run wrote before."""
+    user.client.put(
+        entity_path(unique_key(), user.environment),
+        data=value(user.environment),
+        name="PUT new key",
+    )
+
+
+def prefill_on_test_start() -> None:
+    """Makes the profile that calls it fill the key space before its users start."""
+
+    @events.test_start.add_listener
+    def fill(environment: Environment, **_kwargs: Any) -> None:
+        prefill_before_test(environment)
+
+
 def prefill_before_test(environment: Environment) -> None:
     """Fills keys 0 .. --keys - 1 through the target host, once, before users start."""
     options = settings(environment)

@@ -2,14 +2,11 @@
 
 import random
 
-from common import entity_path, prefill_before_test
-from locust import FastHttpUser, events, task
+from common import entity_path, prefill_on_test_start
+from locust import FastHttpUser, task
 from prefill import key_name
 
-
-@events.test_start.add_listener
-def fill(environment, **_kwargs):  # type: ignore[no-untyped-def]
-    prefill_before_test(environment)
+prefill_on_test_start()
 
 
 class GetUniform(FastHttpUser):

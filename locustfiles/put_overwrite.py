@@ -3,14 +3,11 @@ write new keys."""
 
 import random
 
-from common import entity_path, prefill_before_test, unique_key, value
-from locust import FastHttpUser, events, task
+from common import entity_path, prefill_on_test_start, put_new_key, value
+from locust import FastHttpUser, task
 from prefill import key_name
 
-
-@events.test_start.add_listener
-def fill(environment, **_kwargs):  # type: ignore[no-untyped-def]
-    prefill_before_test(environment)
+prefill_on_test_start()
 
 
 class PutOverwrite(FastHttpUser):
@@ -23,8 +20,4 @@ class PutOverwrite(FastHttpUser):
 
     @task
     def put_new_key(self) -> None:
-        self.client.put(
-            entity_path(unique_key(), self.environment),
-            data=value(self.environment),
-            name="PUT new key",
-        )
+        put_new_key(self)

@@ -1,14 +1,10 @@
 """PUT of keys never written before: the write path with no overwrites."""
 
-from common import entity_path, unique_key, value
+from common import put_new_key
 from locust import FastHttpUser, task
 
 
 class PutUnique(FastHttpUser):
     @task
     def put_new_key(self) -> None:
-        self.client.put(
-            entity_path(unique_key(), self.environment),
-            data=value(self.environment),
-            name="PUT new key",
-        )
+        put_new_key(self)

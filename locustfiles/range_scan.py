@@ -3,15 +3,13 @@ space (fewer if --keys is smaller), each answer checked for its record count."""
 
 import random
 
-from common import prefill_before_test, range_path
-from locust import FastHttpUser, events, task
+from common import prefill_on_test_start, range_path
+from locust import FastHttpUser, task
 
 SCAN_RECORDS = 1000
 
 
-@events.test_start.add_listener
-def fill(environment, **_kwargs):  # type: ignore[no-untyped-def]
-    prefill_before_test(environment)
+prefill_on_test_start()
 
 
 class RangeScan(FastHttpUser):

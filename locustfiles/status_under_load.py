@@ -4,16 +4,14 @@ heavy ones."""
 
 import random
 
-from common import entity_path, prefill_before_test, range_path
-from locust import FastHttpUser, events, task
+from common import entity_path, prefill_on_test_start, range_path
+from locust import FastHttpUser, task
 from prefill import key_name
 
 HEAVY_RANGE = 1000
 
 
-@events.test_start.add_listener
-def fill(environment, **_kwargs):  # type: ignore[no-untyped-def]
-    prefill_before_test(environment)
+prefill_on_test_start()
 
 
 class HeavyReader(FastHttpUser):
