@@ -66,13 +66,19 @@ class Response:
         return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
 
 
-def request(method: str, url: str, body: bytes | None = None, timeout: float = 10.0) -> Response:
+def request(
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    timeout: float = 10.0,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """One HTTP request on a fresh connection; raises OSError if nothing answers."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout)
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
-        connection.request(method, target, body=body)
+        connection.request(method, target, body=body, headers=headers or {})
         response = connection.getresponse()
         return Response(response.status, response.read(), dict(response.getheaders()))
     finally:
@@ -342,16 +348,8 @@ def cluster_secret(node: Node) -> str | None:
 
 def internal_request(node: Node, method: str, url: str, body: bytes | None = None) -> Response:
     """One request to an internal path, carrying the node's cluster secret if it has one."""
-    parts = urllib.parse.urlsplit(url)
     secret = cluster_secret(node)
-    headers = {} if secret is None else {SECRET_HEADER: secret}
-    connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=10.0)
-    try:
-        connection.request(method, f"{parts.path}?{parts.query}", body=body, headers=headers)
-        response = connection.getresponse()
-        return Response(response.status, response.read(), dict(response.getheaders()))
-    finally:
-        connection.close()
+    return request(method, url, body, headers={} if secret is None else {SECRET_HEADER: secret})
 
 
 def decode_frames(body: bytes) -> dict[str, Record]:
