@@ -100,10 +100,12 @@ class Coordinator:
             return refusal
         answers, pending = await self._quorum(targets, replicas.ack, self._read_one(key))
         if len(answers) < replicas.ack:
-            self._own(self._drain(pending))
+            self._drain_later(pending)
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
         winner = newest(list(answers.values()))
-        self._own(self._repair(key, targets, answers, pending))
+        stale = winner is not None and any(winner.supersedes(r) for r in answers.values())
+        if stale or pending:
+            self._own(self._repair(key, answers, pending))
         if winner is None or winner.tombstone:
             return Outcome(Status.NOT_FOUND)
         return Outcome(Status.FOUND, winner.value)
@@ -146,10 +148,12 @@ class Coordinator:
 
     def _refuse_if_unavailable(self, targets: list[str], ack: int) -> Outcome | None:
         """503 before sending anything when open circuits leave fewer than `ack` replicas."""
-        closed = [url for url in targets if url == self._self_url or self._peers[url].available()]
-        if len(closed) >= ack:
+        reachable = [
+            url for url in targets if url == self._self_url or self._peers[url].available()
+        ]
+        if len(reachable) >= ack:
             return None
-        waits = [self._peers[url].breaker.retry_after() for url in targets if url not in closed]
+        waits = [self._peers[url].breaker.retry_after() for url in targets if url not in reachable]
         return Outcome(Status.UNAVAILABLE, retry_after=min(waits, default=1.0))
 
     async def _quorum(
@@ -209,7 +213,7 @@ class Coordinator:
                 raise
 
         answers, pending = await self._quorum(targets, replicas.ack, write)
-        self._own(self._drain(pending))
+        self._drain_later(pending)
         if len(answers) < replicas.ack:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
         return Outcome(success)
@@ -232,6 +236,10 @@ class Coordinator:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("background replica work failed", exc_info=error)
 
+    def _drain_later(self, pending: dict[asyncio.Task[T], str]) -> None:
+        if pending:
+            self._own(self._drain(pending))
+
     async def _drain(self, pending: dict[asyncio.Task[T], str]) -> None:
         """Lets calls the client no longer waits for finish (each has its deadline)."""
         for task, url in pending.items():
@@ -244,7 +252,6 @@ class Coordinator:
     async def _repair(
         self,
         key: bytes,
-        targets: list[str],
         answers: dict[str, Record | None],
         pending: dict[asyncio.Task[Record | None], str],
     ) -> None:
