@@ -1,127 +1,54 @@
 """A constant-rate (open-model) load generator for the v0 API, free of coordinated omission.
 
-Requests are sent on a fixed schedule, request i at start + i / rate, whatever the server
-does; each latency is measured from the request's *intended* send time, so a stalled
-server shows up as latency instead of silently slowing the load down (the wrk2 method).
-Latencies go into an HdrHistogram; the report is wrk2's percentile table plus the achieved
-rate, errors by status and time-outs. Run from the repo root:
+Request i is due at start + i / rate, whatever the server does (bench.schedule). A fixed
+pool of workers, one per connection, takes the requests in order, sleeps until each is
+due and sends it; every latency is measured from the request's *intended* send time, so
+when the server stalls (and every worker waits on it) the requests that fall due in the
+meantime go out late and count the whole wait (the wrk2 method) instead of silently
+lowering the rate. A request the event loop wakes up for a little early is measured from
+when it actually went out, so latencies are never understated. The run is bounded:
+nothing is sent later than `duration + timeout` after the start, and each request gives
+up after `timeout`.
 
-    .venv/bin/python -m bench.constant_rate --url http://127.0.0.1:8080 --rate 2000 \\
-        --duration 30 --workload put
+Prints wrk2's percentile table plus the achieved rate, answers and errors by status,
+time-outs, and how far behind schedule the generator itself sent. Run from the repo root:
 
-Where Locust cannot hold a fixed rate on 2 cores (its users wait for answers), this tool
-is the reference.
+    .venv/bin/python bench/constant_rate.py --url http://127.0.0.1:8080 --rate 2000 \\
+        --duration 30 --connections 64 --workload put|get|mixed [--replicas 2/3]
+
+`get` and `mixed` first fill --keys keys (skip with --skip-prefill). Locust cannot hold a
+fixed rate on 2 cores (its users wait for answers); this tool is the reference.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script, `python bench/constant_rate.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
-import itertools
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from urllib.parse import quote
 
 import aiohttp
-from hdrh.histogram import HdrHistogram
+import uvloop
 
-from locustfiles.prefill import KEY_PREFIX, key_name
+from bench.measurement import Result, percentile_table
+from bench.schedule import Schedule
+from bench.workload import WORKLOADS, Workload
+from locustfiles.prefill import KEY_PREFIX, check_replicas, loopback_address, prefill, run_prefix
 
-PERCENTILES = (50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 100.0)
-# Latencies are recorded in microseconds, from 1 µs to 5 minutes, 3 significant digits.
-LOWEST_US, HIGHEST_US, DIGITS = 1, 300_000_000, 3
-WORKLOADS = ("put", "get", "mixed", "status")
+__all__ = ["Result", "Workload", "percentile_table", "run"]
 
-
-@dataclass
-class Result:
-    """What one run measured. Latencies are in microseconds."""
-
-    rate: float
-    duration: float
-    histogram: HdrHistogram = field(
-        default_factory=lambda: HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
-    )
-    statuses: Counter[int] = field(default_factory=Counter)
-    timeouts: int = 0
-    connection_errors: int = 0
-    elapsed: float = 0.0
-
-    @property
-    def sent(self) -> int:
-        return sum(self.statuses.values()) + self.timeouts + self.connection_errors
-
-    @property
-    def achieved_rate(self) -> float:
-        return self.sent / self.elapsed if self.elapsed else 0.0
-
-    @property
-    def errors(self) -> int:
-        """Answers that are not success: 4xx other than 404 on reads, 5xx, time-outs."""
-        failed = sum(n for status, n in self.statuses.items() if status >= 500)
-        return failed + self.timeouts + self.connection_errors
-
-    def percentile_ms(self, percentile: float) -> float:
-        return float(self.histogram.get_value_at_percentile(percentile)) / 1000.0
-
-
-def send_offsets(rate: float, duration: float) -> Iterator[float]:
-    """Seconds from the start at which each request is due: i / rate, for the duration."""
-    if rate <= 0 or duration <= 0:
-        raise ValueError("rate and duration must be positive")
-    for index in itertools.count():
-        offset = index / rate
-        if offset >= duration:
-            return
-        yield offset
-
-
-def percentile_table(result: Result) -> str:
-    """wrk2's latency distribution table, then the counts."""
-    lines = ["  Latency Distribution (HdrHistogram - Recorded Latency)"]
-    for percentile in PERCENTILES:
-        lines.append(f"{percentile:7.3f}%  {format_ms(result.percentile_ms(percentile))}")
-    statuses = ", ".join(f"{code}: {n}" for code, n in sorted(result.statuses.items()))
-    lines += [
-        f"  {result.sent} requests in {result.elapsed:.2f}s: target {result.rate:,.0f}/s, "
-        f"achieved {result.achieved_rate:,.0f}/s",
-        f"  answers by status: {statuses or 'none'}",
-        f"  time-outs: {result.timeouts}, connection errors: {result.connection_errors}",
-    ]
-    return "\n".join(lines)
-
-
-def format_ms(milliseconds: float) -> str:
-    if milliseconds >= 1000:
-        return f"{milliseconds / 1000:8.2f}s"
-    return f"{milliseconds:8.2f}ms"
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Which requests to send: `put` writes key i of the run, `get` reads a random key of
-    `keys` (bench.prefill wrote them), `mixed` does both half the time."""
-
-    kind: str
-    keys: int = 10_000
-    value: bytes = b"v" * 100
-    replicas: str | None = None
-    prefix: str = KEY_PREFIX
-
-    def request(self, index: int, rng: random.Random) -> tuple[str, str, bytes | None]:
-        """(method, path with query, body) of request number `index`."""
-        suffix = f"&replicas={self.replicas}" if self.replicas else ""
-        if self.kind == "status":
-            return "GET", "/v0/status", None
-        if self.kind == "put" or (self.kind == "mixed" and rng.random() < 0.5):
-            return "PUT", f"/v0/entity?id={quote(self.key(index))}{suffix}", self.value
-        return "GET", f"/v0/entity?id={quote(self.key(rng.randrange(self.keys)))}{suffix}", None
-
-    def key(self, index: int) -> str:
-        return key_name(index, self.prefix)
+# The event loop's timers tick in milliseconds (libuv), so a sleep ends up to about a
+# millisecond early or late. Waking half a millisecond before a request is due centres
+# that error on zero: an early send is measured from when it went out, a late one from
+# when it was due, and the mean rate is unchanged.
+TIMER_SLACK = 0.0005
 
 
 async def run(
@@ -133,68 +60,96 @@ async def run(
     request_timeout: float = 2.0,
     seed: int = 1,
 ) -> Result:
-    """Sends `rate` requests a second for `duration` seconds and measures them."""
+    """Sends `rate` requests a second for `duration` seconds to `url` over at most
+    `connections` connections, and measures them."""
+    schedule = Schedule(rate, duration)
     result = Result(rate, duration)
     rng = random.Random(seed)
-    slots = asyncio.Semaphore(connections)
+    due: Iterator[tuple[int, float]] = iter(schedule)  # shared: each worker takes the next
     connector = aiohttp.TCPConnector(limit=connections)
-    client_timeout = aiohttp.ClientTimeout(total=request_timeout)
-    async with aiohttp.ClientSession(url, connector=connector, timeout=client_timeout) as session:
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    async with aiohttp.ClientSession(
+        url, connector=connector, timeout=timeout, auto_decompress=False
+    ) as session:
+        clock = time.perf_counter
+        start = clock()
+        give_up = start + duration + request_timeout
 
-        async def one(intended: float, method: str, path: str, body: bytes | None) -> None:
-            async with slots:
+        async def worker() -> None:
+            for index, offset in due:
+                intended = start + offset
+                now = clock()
+                if now > give_up:
+                    result.unsent += 1
+                    continue
+                if intended - now > TIMER_SLACK:
+                    await asyncio.sleep(intended - now - TIMER_SLACK)
+                    now = clock()
+                result.record_lag(now - intended)
+                method, path, body = workload.request(index, rng)
                 try:
                     async with session.request(method, path, data=body) as response:
                         await response.read()
-                        status = response.status
                 except TimeoutError:
                     result.timeouts += 1
-                    return
+                    continue
                 except aiohttp.ClientError:
                     result.connection_errors += 1
-                    return
-            latency_us = (time.perf_counter() - intended) * 1_000_000
-            result.histogram.record_value(max(LOWEST_US, min(int(latency_us), HIGHEST_US)))
-            result.statuses[status] += 1
+                    continue
+                result.record(response.status, clock() - min(intended, now))
 
-        tasks: set[asyncio.Task[None]] = set()
-        start = time.perf_counter()
-        for index, offset in enumerate(send_offsets(rate, duration)):
-            intended = start + offset
-            delay = intended - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.create_task(one(intended, *workload.request(index, rng)))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.wait(tasks)
-        result.elapsed = time.perf_counter() - start
+        await asyncio.gather(*(worker() for _ in range(connections)))
+        result.elapsed = clock() - start
     return result
 
 
-def main() -> None:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.constant_rate",
+        prog="python bench/constant_rate.py",
         description="Send requests at a fixed rate and print latency percentiles measured "
         "from each request's intended send time.",
     )
-    parser.add_argument("--url", required=True, help="a node, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--url", required=True, help="a node on loopback, e.g. http://127.0.0.1:8080"
+    )
     parser.add_argument("--rate", type=float, required=True, help="requests per second")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
     parser.add_argument("--connections", type=int, default=64, help="(default 64)")
     parser.add_argument("--workload", choices=WORKLOADS, default="put", help="(default put)")
-    parser.add_argument("--replicas", help="ack/from for every request (default: the node's)")
-    parser.add_argument(
-        "--keys", type=int, default=10_000, help="key space of get/mixed (default 10000)"
-    )
-    parser.add_argument("--timeout", type=float, default=2.0, help="per request (default 2)")
-    args = parser.parse_args()
-    workload = Workload(args.workload, args.keys, replicas=args.replicas)
-    import uvloop
+    parser.add_argument("--replicas", help="ack/from of every request (default: the node's)")
+    parser.add_argument("--keys", type=int, default=10_000, help="filled key space (10000)")
+    parser.add_argument("--value-bytes", type=int, default=100, help="(default 100)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="per request, s (default 2)")
+    parser.add_argument("--skip-prefill", action="store_true", help="keys are already there")
+    parser.add_argument("--seed", type=int, default=1, help="of the key choice (default 1)")
+    args = parser.parse_args(argv)
+    try:
+        loopback_address(args.url)
+        args.replicas = check_replicas(args.replicas)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.connections < 1 or args.keys < 1 or args.value_bytes < 0 or args.timeout <= 0:
+        parser.error("--connections and --keys must be >= 1, --timeout > 0")
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    url = args.url.rstrip("/")
+    value = b"v" * args.value_bytes
+    # A put run writes keys of its own, so repeated runs never overwrite each other.
+    prefix = run_prefix("put") if args.workload == "put" else KEY_PREFIX
+    workload = Workload(args.workload, args.keys, value, args.replicas, prefix)
+    if workload.reads_filled_keys and not args.skip_prefill:
+        seconds = prefill(url, args.keys, value, args.replicas)
+        print(f"prefill: {args.keys} keys in {seconds:.1f}s")
+    print(
+        f"Running {args.duration:g}s test @ {url}: {args.workload} at {args.rate:,.0f}/s, "
+        f"{args.connections} connections, replicas {args.replicas or 'default'}",
+        flush=True,
+    )
     result = uvloop.run(
-        run(args.url, args.rate, args.duration, workload, args.connections, args.timeout)
+        run(url, args.rate, args.duration, workload, args.connections, args.timeout, args.seed)
     )
     print(percentile_table(result))
 

@@ -1,26 +1,17 @@
-"""Mixed PUT/GET, half and half, over the filled key space."""
+"""Mixed PUT/GET, half and half, over the filled key space: reads find their key, writes
+overwrite one."""
 
-import random
+from common import KeySpaceUser, fill_before_run
+from locust import task
 
-from common import entity_path, prefill_on_test_start, value
-from locust import FastHttpUser, task
-from prefill import key_name
-
-prefill_on_test_start()
+fill_before_run()
 
 
-class Mixed(FastHttpUser):
-    def random_key(self) -> str:
-        return key_name(random.randrange(self.environment.parsed_options.keys))
+class Mixed(KeySpaceUser):
+    @task
+    def read(self) -> None:
+        self.get(self.any_filled_key(), name="GET")
 
     @task
-    def get(self) -> None:
-        self.client.get(entity_path(self.random_key(), self.environment), name="GET")
-
-    @task
-    def put(self) -> None:
-        self.client.put(
-            entity_path(self.random_key(), self.environment),
-            data=value(self.environment),
-            name="PUT",
-        )
+    def write(self) -> None:
+        self.put(self.any_filled_key(), name="PUT")

@@ -1,23 +1,16 @@
-"""PUT with partial overwrite: half the writes replace a key of the filled space, half
-write new keys."""
+"""PUT with partial overwrite of a filled key space: a share of the writes (--overwrite-share,
+default half) replaces a random key of the filled space, the rest write new keys."""
 
-import random
+from common import KeySpaceUser, fill_before_run
+from locust import task
 
-from common import entity_path, prefill_on_test_start, put_new_key, value
-from locust import FastHttpUser, task
-from prefill import key_name
-
-prefill_on_test_start()
+fill_before_run()
 
 
-class PutOverwrite(FastHttpUser):
+class PutOverwrite(KeySpaceUser):
     @task
-    def overwrite_existing_key(self) -> None:
-        key = key_name(random.randrange(self.environment.parsed_options.keys))
-        self.client.put(
-            entity_path(key, self.environment), data=value(self.environment), name="PUT overwrite"
-        )
-
-    @task
-    def put_new_key(self) -> None:
-        put_new_key(self)
+    def write(self) -> None:
+        if self.rng.random() < self.settings.overwrite_share:
+            self.put(self.any_filled_key(), name="PUT overwrite")
+        else:
+            self.put(self.new_key(), name="PUT new key")

@@ -1,10 +1,11 @@
-"""PUT of keys never written before: the write path with no overwrites."""
+"""PUT of keys never written before (by this run, another run or another worker): the
+write path without overwrites. Needs no prefill."""
 
-from common import put_new_key
-from locust import FastHttpUser, task
+from common import KeySpaceUser
+from locust import task
 
 
-class PutUnique(FastHttpUser):
+class PutUnique(KeySpaceUser):
     @task
     def put_new_key(self) -> None:
-        put_new_key(self)
+        self.put(self.new_key(), name="PUT new key")

@@ -1,26 +1,25 @@
-"""Range scans of a fixed size: /v0/entities over 1000 consecutive keys of the filled
-space (fewer if --keys is smaller), each answer checked for its record count."""
+"""Range scans of a fixed size: /v0/entities from key i to key i + 1000 of the filled space
+(start and end bound exactly 1000 keys; all of them if --keys is smaller), each answer
+checked for its record count."""
 
-import random
-
-from common import prefill_on_test_start, range_path
-from locust import FastHttpUser, task
+from common import KeySpaceUser, fill_before_run
+from locust import task
+from prefill import range_path
 
 SCAN_RECORDS = 1000
 
+fill_before_run()
 
-prefill_on_test_start()
 
-
-class RangeScan(FastHttpUser):
+class RangeScan(KeySpaceUser):
     @task
     def scan(self) -> None:
-        keys = self.environment.parsed_options.keys
-        count = min(SCAN_RECORDS, keys)
-        first = random.randrange(keys - count + 1)
+        count = min(SCAN_RECORDS, self.settings.keys)
+        first = self.rng.randrange(self.settings.keys - count + 1)
         with self.client.get(
             range_path(first, count), name=f"range of {count}", catch_response=True
         ) as response:
-            records = (response.content or b"").count(b"\nv")  # one "key\nvalue" each
+            # One `key \n value` per record, and the values written hold no newline.
+            records = (response.content or b"").count(b"\n")
             if response.status_code == 200 and records != count:
                 response.failure(f"{records} records, expected {count}")

@@ -1,36 +1,25 @@
-"""/v0/status measured while heavy requests run: most users scan ranges and read, a few
-ask for the status, and the status latency shows what a light request waits for behind
-heavy ones."""
+"""/v0/status measured while heavy GETs run: one light user asks for the status ten times
+a second, every other user reads the filled key space as fast as it answers. The status
+latency shows how long a cheap request waits behind the load (run with -u 2 or more: the
+status user is always exactly one of them)."""
 
-import random
+from common import KeySpaceUser, fill_before_run
+from locust import FastHttpUser, constant_pacing, task
 
-from common import entity_path, prefill_on_test_start, range_path
-from locust import FastHttpUser, task
-from prefill import key_name
+STATUS_EVERY_SECONDS = 0.1
 
-HEAVY_RANGE = 1000
-
-
-prefill_on_test_start()
+fill_before_run()
 
 
-class HeavyReader(FastHttpUser):
-    weight = 4
-
+class HeavyReader(KeySpaceUser):
     @task
-    def scan(self) -> None:
-        keys = self.environment.parsed_options.keys
-        count = min(HEAVY_RANGE, keys)
-        self.client.get(range_path(random.randrange(keys - count + 1), count), name="heavy range")
-
-    @task
-    def get(self) -> None:
-        key = key_name(random.randrange(self.environment.parsed_options.keys))
-        self.client.get(entity_path(key, self.environment), name="heavy GET")
+    def get_any_key(self) -> None:
+        self.get(self.any_filled_key(), name="GET (heavy load)")
 
 
 class StatusProbe(FastHttpUser):
-    weight = 1
+    fixed_count = 1
+    wait_time = constant_pacing(STATUS_EVERY_SECONDS)
 
     @task
     def status(self) -> None:
