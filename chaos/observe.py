@@ -28,6 +28,11 @@ def pending_hints(node: Node, target: Node) -> int:
     return int(status(node)["peers"][target.cluster_url]["pending_hints"])
 
 
+def breaker_towards(node: Node, target: Node) -> str:
+    """The state of `node`'s circuit to `target`: "closed", "open" or "half-open"."""
+    return str(status(node)["peers"][target.cluster_url]["breaker"])
+
+
 def record_of(node: Node, key: str) -> Record | None:
     """The record `node` itself stores for `key` (None: it holds none)."""
     return node.local_records(key, key + "\x00").get(key)
