@@ -119,8 +119,24 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--secret",
         default=os.environ.get("DHT_SECRET"),
-        help="cluster secret that internal requests must carry (default: "
-        "$DHT_SECRET; none means internal paths are open)",
+        help="cluster secret that node-to-node traffic must carry (default: $DHT_SECRET; "
+        "`node` without one accepts replica writes from anyone who reaches its port; "
+        "`cluster` generates one)",
+    )
+    parser.add_argument(
+        "--max-clock-drift",
+        type=positive_float,
+        default=d.max_clock_drift,
+        help="seconds a version received from a peer may be ahead of this node's clock; "
+        "records further ahead are refused, so one skewed or forged version cannot "
+        "push the cluster into the future (default %(default)s)",
+    )
+    parser.add_argument(
+        "--clock-skew",
+        type=float,
+        default=d.clock_skew,
+        help="seconds added to this node's wall clock, negative for behind: a fault for "
+        "the test bed (default %(default)s)",
     )
     parser.add_argument(
         "--log-level",
@@ -232,6 +248,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         hint_max_age=args.hint_max_age,
         hint_interval=args.hint_interval,
         log_level=args.log_level,
+        max_clock_drift=args.max_clock_drift,
+        clock_skew=args.clock_skew,
         routes=tuple(parse_route(route, cluster) for route in args.route),
     )
 
@@ -246,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(str(exc))
         from dht.node import run_node
+
+        if config.secret is None:
+            logging.getLogger("dht").warning(
+                "no --secret: this node takes replica writes (any key, any version) from "
+                "anyone who can reach %s:%d; set --secret or DHT_SECRET on every node",
+                config.host,
+                config.port,
+            )
 
         try:
             run_node(config)

@@ -4,6 +4,11 @@ A version is one unsigned 64-bit integer: wall-clock milliseconds in the high 48
 a counter in the low 16. Comparing two versions is comparing two integers, so versions
 travel and sort as plain numbers. The clock never goes backwards: when the wall clock
 stalls or steps back, the counter (and, past it, the millisecond part) keeps moving.
+
+A version received from another node moves the clock forward only if it is at most
+`max_drift_ms` ahead of this node's wall clock; a version further ahead is refused
+(`VersionAhead`). Without that bound one forged or badly skewed version would drag
+every later write of the cluster into the future, or exhaust the 64 bits outright.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 
 COUNTER_BITS = 16
 MAX_VERSION = (1 << 64) - 1
+DEFAULT_MAX_DRIFT_MS = 60_000
 
 
 def wall_clock_ms() -> int:
@@ -30,15 +36,32 @@ def version_ms(version: int) -> int:
     return version >> COUNTER_BITS
 
 
+class VersionAhead(ValueError):
+    """A version from another node is further ahead of this node's clock than allowed."""
+
+    def __init__(self, version: int, ahead_ms: int, max_drift_ms: int) -> None:
+        super().__init__(
+            f"version {version} is {ahead_ms / 1000:.3f}s ahead of this node's clock "
+            f"(the limit is {max_drift_ms / 1000:g}s)"
+        )
+        self.ahead_ms = ahead_ms
+
+
 class HybridClock:
     """Issues strictly increasing versions; `observe` merges versions seen from peers.
 
     Time is injected (`wall_ms`), so the clock is pure logic and testable with a fake one.
     """
 
-    def __init__(self, wall_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+        max_drift_ms: int = DEFAULT_MAX_DRIFT_MS,
+    ) -> None:
         self._wall_ms = wall_ms
+        self._max_drift_ms = max_drift_ms
         self._last = 0
+        self.refused = 0
 
     def now(self) -> int:
         """A version newer than every version this clock issued or observed."""
@@ -49,7 +72,12 @@ class HybridClock:
         return candidate
 
     def observe(self, remote_version: int) -> None:
-        """Moves the clock past a version received from another node."""
+        """Moves the clock past a version received from another node; raises
+        VersionAhead (and leaves the clock as it was) if it is too far ahead."""
+        ahead_ms = version_ms(remote_version) - self._wall_ms()
+        if ahead_ms > self._max_drift_ms:
+            self.refused += 1
+            raise VersionAhead(remote_version, ahead_ms, self._max_drift_ms)
         if remote_version > self._last:
             self._last = remote_version
 

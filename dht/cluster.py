@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -38,6 +40,8 @@ _PASSED_FLAGS = (
     "hint_max_bytes",
     "hint_max_age",
     "hint_interval",
+    "max_clock_drift",
+    "clock_skew",
     "log_level",
 )
 
@@ -69,8 +73,6 @@ def passed_settings(args: argparse.Namespace) -> list[str]:
         flags += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.sync_writes:
         flags.append("--sync-writes")
-    if args.secret:
-        flags += ["--secret", args.secret]
     return flags
 
 
@@ -111,6 +113,10 @@ def start_testbed(urls: list[str], data_dir: Path) -> Testbed:
 def run_cluster(args: argparse.Namespace) -> int:
     urls = [f"http://{args.host}:{args.base_port + i}" for i in range(args.nodes)]
     extra = passed_settings(args)
+    # Closed to forged replica writes out of the box: the nodes share a secret, generated
+    # unless one is given. It reaches them through the environment, not argv, so other
+    # users of the machine cannot read it from the process list.
+    environment = os.environ | {"DHT_SECRET": args.secret or secrets.token_hex(16)}
     processes: list[subprocess.Popen[bytes]] = []
     testbed: Testbed | None = None
 
@@ -127,7 +133,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             command = node_command(
                 args.base_port + index, data_dir, urls, args.host, extra + routes
             )
-            processes.append(subprocess.Popen(command))
+            processes.append(subprocess.Popen(command, env=environment))
         deadline = time.monotonic() + START_DEADLINE
         for url, process in zip(urls, processes, strict=True):
             wait_until_serving(url, process, deadline)

@@ -30,8 +30,16 @@ class NodeConfig:
     hint_max_age: float = 3 * 3600.0
     hint_interval: float = 0.5
     log_level: str = "INFO"
+    # How far ahead of this node's clock a version received from a peer may be.
+    max_clock_drift: float = 60.0
+    # Seconds added to this node's wall clock: the test bed's skewed-clock fault.
+    clock_skew: float = 0.0
     # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
     routes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def max_clock_drift_ms(self) -> int:
+        return round(self.max_clock_drift * 1000)
 
     def dial_url(self, peer: str) -> str:
         return dict(self.routes).get(peer, peer)

@@ -17,9 +17,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from dht.clock import HybridClock
+from dht.clock import HybridClock, VersionAhead
 from dht.config import NodeConfig
 from dht.hints import HintStore
+from dht.log_limits import RateLimitedLog
 from dht.peers import PeerError, Peers
 from dht.record import Record, newest
 from dht.replicas import ReplicaCount, quorum
@@ -85,6 +86,7 @@ class Coordinator:
         self._clock = clock
         self._background: set[asyncio.Task[Any]] = set()
         self.counters = Counters()
+        self._refusals = RateLimitedLog(log)
 
     async def close(self) -> None:
         """Cancels and awaits every background task this coordinator started."""
@@ -193,7 +195,11 @@ class Coordinator:
                 return self._storage.get(key)
             record = await self._peers[url].get_record(key)
             if record is not None:
-                self._clock.observe(record.version)
+                try:
+                    self._clock.observe(record.version)
+                except VersionAhead as exc:
+                    self._refusals.warning("version-ahead", "ignored %s's answer: %s", url, exc)
+                    raise PeerError(f"{url}: {exc}") from None
             return record
 
         return read

@@ -1,7 +1,8 @@
-"""The node-to-node replica protocol (SPEC.md section 6), served under /internal/.
+"""This node's side of node-to-node traffic (SPEC.md section 6): the replica channel's
+calls and the local range stream over HTTP under /internal/.
 
-These requests are never coordinated or forwarded again: a replica read or write touches
-this node's storage only.
+These never coordinate or forward anything: a replica read or write touches this node's
+storage only. Every version received is bounded by the clock (`HybridClock.observe`).
 """
 
 from __future__ import annotations
@@ -11,63 +12,85 @@ import logging
 
 from aiohttp import web
 
-from dht.clock import HybridClock
-from dht.http_api import Handler, as_key, required_param, text
-from dht.record import CorruptRecord, decode, encode
+from dht.clock import HybridClock, VersionAhead
+from dht.http_api import required
+from dht.http_server import Params, Route, text
+from dht.log_limits import RateLimitedLog
+from dht.record import Record
+from dht.replica_channel import ReplicaRefusal
+from dht.replica_protocol import PROTOCOL_VERSION, Hello
 from dht.storage import Storage
-from dht.wire import RECORD_CONTENT_TYPE, RECORD_PATH, RECORDS_PATH, SECRET_HEADER, encode_frame
+from dht.wire import RECORD_CONTENT_TYPE, RECORDS_PATH, RING_HEADER, SECRET_HEADER, encode_frame
 
 log = logging.getLogger(__name__)
 
-INTERNAL_PREFIX = "/internal/"
 _STREAM_BUFFER = 64 * 1024
 
 
 class InternalApi:
-    def __init__(self, storage: Storage, clock: HybridClock, secret: str | None) -> None:
+    def __init__(
+        self, storage: Storage, clock: HybridClock, secret: str | None, ring_identity: str
+    ) -> None:
         self._storage = storage
         self._clock = clock
         self._secret = secret
+        self._ring = ring_identity
+        self._refusals = RateLimitedLog(log)
 
-    def routes(self) -> list[web.RouteDef]:
-        return [
-            web.get(RECORD_PATH, self.get_record, allow_head=False),
-            web.put(RECORD_PATH, self.put_record),
-            web.get(RECORDS_PATH, self.records, allow_head=False),
-        ]
+    # -- the replica channel (dht.replica_channel.ServerConnection calls these) ---------
 
-    @web.middleware
-    async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """With a cluster secret set, an internal request must carry it: a client cannot
-        forge a version or a replica write."""
-        if self._secret is not None and request.path.startswith(INTERNAL_PREFIX):
-            offered = request.headers.get(SECRET_HEADER, "")
-            if not hmac.compare_digest(offered.encode(), self._secret.encode()):
-                return text(403, "Forbidden: internal request without the cluster secret")
-        return await handler(request)
+    def admit(self, hello: Hello) -> str | None:
+        if hello.version != PROTOCOL_VERSION:
+            return (
+                f"protocol version {hello.version} is not this node's {PROTOCOL_VERSION}: "
+                "run the same dht version on every node"
+            )
+        if not self._secret_matches(hello.secret):
+            return "wrong or missing cluster secret"
+        if hello.ring != self._ring:
+            return (
+                f"ring identity {hello.ring} differs from this node's {self._ring}: the "
+                "nodes were started with different --cluster lists or --vnodes"
+            )
+        return None
 
-    async def get_record(self, request: web.Request) -> web.Response:
-        key = as_key(required_param(request, "id"), "id")
-        record = self._storage.get(key)
-        if record is None:
-            return text(404, "Not Found")
-        return web.Response(body=encode(record), content_type=RECORD_CONTENT_TYPE)
+    def rpc_get(self, key: bytes) -> Record | None:
+        return self._storage.get(key)
 
-    async def put_record(self, request: web.Request) -> web.Response:
-        key = as_key(required_param(request, "id"), "id")
+    def rpc_put(self, key: bytes, record: Record) -> bool:
         try:
-            record = decode(await request.read())
-        except CorruptRecord as exc:
-            return text(400, f"Bad Request: {exc}")
-        self._clock.observe(record.version)
-        stored = self._storage.put_if_newer(key, record)
-        return text(201 if stored else 200, "Created" if stored else "Kept newer")
+            self._clock.observe(record.version)
+        except VersionAhead as exc:
+            self._refusals.warning("version-ahead", "refused a replica write of %r: %s", key, exc)
+            raise ReplicaRefusal(str(exc)) from None
+        return self._storage.put_if_newer(key, record)
 
-    async def records(self, request: web.Request) -> web.StreamResponse:
+    # -- HTTP ----------------------------------------------------------------------------
+
+    def routes(self) -> dict[str, Route]:
+        return {RECORDS_PATH: Route({"GET": self.records}, counted=False)}
+
+    def _refuse_http(self, request: web.BaseRequest) -> web.Response | None:
+        """An internal HTTP request must carry the cluster secret (when one is set), and
+        the sender's ring identity must be this node's (when it sends one)."""
+        if not self._secret_matches(request.headers.get(SECRET_HEADER, "")):
+            return text(403, "Forbidden: internal request without the cluster secret")
+        ring = request.headers.get(RING_HEADER)
+        if ring is not None and ring != self._ring:
+            return text(409, f"Conflict: ring identity {ring} is not this node's {self._ring}")
+        return None
+
+    def _secret_matches(self, offered: str) -> bool:
+        if self._secret is None:
+            return True
+        return hmac.compare_digest(offered.encode(), self._secret.encode())
+
+    async def records(self, request: web.BaseRequest, params: Params) -> web.StreamResponse:
         """This node's local range, tombstones and versions included, in framed batches."""
-        start = as_key(required_param(request, "start"), "start")
-        end_text = request.query.get("end")
-        end = as_key(end_text, "end") if end_text else None
+        if (refusal := self._refuse_http(request)) is not None:
+            return refusal
+        start = required(params, "start")
+        end = params.get("end") or None
         response = web.StreamResponse(headers={"Content-Type": RECORD_CONTENT_TYPE})
         response.enable_chunked_encoding()
         await response.prepare(request)

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -15,16 +16,19 @@ from dht.clock import HybridClock, wall_clock_ms
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator
 from dht.hints import HintDelivery, HintStore
-from dht.http_api import ClientApi, InFlightLimit, plain_errors
-from dht.internal_api import INTERNAL_PREFIX, InternalApi
+from dht.http_api import ClientApi
+from dht.http_server import HttpServer
+from dht.internal_api import InternalApi
+from dht.listener import SharedPortSite
 from dht.peers import Peers
+from dht.replica_protocol import MESSAGE_OVERHEAD
 from dht.ring import Ring
 from dht.storage import Storage
 
 log = logging.getLogger(__name__)
 
-# Headroom over the largest value for a replica write's record header; client values
-# are checked against the exact limit in the handler.
+# Headroom over the largest value for a body read; client values are checked against the
+# exact limit in the handler, which answers 413 with the project's reason.
 _BODY_OVERHEAD = 64
 # Method, path, other parameters and the HTTP version around the key in a request line.
 _REQUEST_LINE_OVERHEAD = 1024
@@ -37,9 +41,9 @@ class Node:
         self.config = config
         self.started_at = time.monotonic()
         self.storage = Storage(config.data_dir, config.sync_writes)
-        self.clock = HybridClock()
+        self.clock = HybridClock(skewed_wall_clock(config.clock_skew), config.max_clock_drift_ms)
         self.ring = Ring(config.cluster, config.vnodes)
-        self.peers = Peers(config)
+        self.peers = Peers(config, self.ring.identity)
         self.hints = HintStore(
             self.storage.hints, config.hint_max_bytes, config.hint_max_age, wall_clock_ms
         )
@@ -47,31 +51,25 @@ class Node:
         self.coordinator = Coordinator(
             config, self.storage, self.ring, self.peers, self.clock, self.hints
         )
-        self.limit = InFlightLimit(config.max_in_flight, (INTERNAL_PREFIX, "/v0/status"))
-        internal = InternalApi(self.storage, self.clock, config.secret)
+        self.internal = InternalApi(self.storage, self.clock, config.secret, self.ring.identity)
         client = ClientApi(self.coordinator, config, self.status)
-        self.app = web.Application(
-            middlewares=[
-                plain_errors(config.max_value_bytes),
-                internal.authenticate,
-                self.limit.middleware,
-            ],
-            client_max_size=config.max_value_bytes + _BODY_OVERHEAD,
-        )
-        self.app.add_routes(client.routes() + internal.routes())
+        self.http = HttpServer(client.routes() | self.internal.routes(), config.max_in_flight)
 
     def status(self) -> dict[str, Any]:
         return {
             "node": self.config.self_url,
             "cluster": list(self.ring.nodes),
+            "ring_identity": self.ring.identity,
             "uptime": round(time.monotonic() - self.started_at, 3),
-            "in_flight": self.limit.in_flight,
-            "max_in_flight": self.limit.limit,
-            "overload_refusals": self.limit.refused,
+            "in_flight": self.http.in_flight,
+            "max_in_flight": self.http.max_in_flight,
+            "overload_refusals": self.http.refused,
+            "internal_errors": self.http.errors,
             "read_repairs": self.coordinator.counters.read_repairs,
             "background_failures": self.coordinator.counters.background_failures,
             "hints_delivered": self.hint_delivery.delivered,
             "hints_dropped": self.hints.dropped,
+            "versions_refused": self.clock.refused,
             "peers": {
                 url: peer.status() | {"pending_hints": self.hints.pending[url]}
                 for url, peer in self.peers.by_url.items()
@@ -79,22 +77,35 @@ class Node:
         }
 
     async def run(self) -> None:
-        runner = web.AppRunner(
-            self.app,
+        loop = asyncio.get_running_loop()
+        client_max_size = self.config.max_value_bytes + _BODY_OVERHEAD
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.BaseRequest(
+                message, payload, protocol, writer, task, loop, client_max_size=client_max_size
+            )
+
+        server = web.Server(
+            self.http.handle,
+            request_factory=make_request,
             access_log=None,
-            handle_signals=False,
-            shutdown_timeout=SHUTDOWN_GRACE,
             # A key travels percent-encoded in the request line: up to 3 bytes per byte.
             max_line_size=3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD,
         )
+        runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
-            site = web.TCPSite(
-                runner, self.config.host, self.config.port, backlog=1024, reuse_address=True
+            site = SharedPortSite(
+                runner,
+                self.config.host,
+                self.config.port,
+                self.internal,
+                self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
             )
             await site.start()
             self.hint_delivery.start()
@@ -115,6 +126,14 @@ class Node:
             await self.peers.close()
             self.storage.close()
             log.info("stopped")
+
+
+def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:
+    """The wall clock, shifted by `--clock-skew` (the test bed's skewed-clock fault)."""
+    if not skew_seconds:
+        return wall_clock_ms
+    skew_ms = round(skew_seconds * 1000)
+    return lambda: wall_clock_ms() + skew_ms
 
 
 def run_node(config: NodeConfig) -> None:

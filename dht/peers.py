@@ -1,5 +1,6 @@
-"""Talking to other nodes: one keep-alive session per peer, a deadline on every request,
-a circuit breaker per peer, and the internal record protocol (`dht.wire`)."""
+"""Talking to other nodes: a replica channel per peer (`dht.replica_channel`) for record
+reads and writes, an HTTP session per peer for its local range stream, a deadline on
+every call and a circuit breaker per peer."""
 
 from __future__ import annotations
 
@@ -10,25 +11,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
+from yarl import URL
 
 from dht.breaker import Breaker, State
 from dht.config import NodeConfig
-from dht.record import CorruptRecord, Record, decode, encode
-from dht.wire import (
-    FRAME_LENGTH,
-    RECORD_CONTENT_TYPE,
-    RECORD_PATH,
-    RECORDS_PATH,
-    SECRET_HEADER,
-)
+from dht.keys import query_value
+from dht.record import CorruptRecord, Record, decode
+from dht.replica_channel import PeerError, ReplicaChannel
+from dht.replica_protocol import MESSAGE_OVERHEAD, PROTOCOL_VERSION, Hello
+from dht.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-class PeerError(Exception):
-    """A replica request to a peer failed (time-out, refused, 5xx, bad answer)."""
+__all__ = ["Peer", "PeerError", "PeerUnavailable", "Peers", "RecordStream"]
 
 
 class PeerUnavailable(PeerError):
@@ -36,95 +33,96 @@ class PeerUnavailable(PeerError):
 
 
 class Peer:
-    def __init__(self, url: str, config: NodeConfig) -> None:
+    def __init__(self, url: str, config: NodeConfig, ring_identity: str) -> None:
         self.url = url
         self._timeout = config.timeout
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
-        self._headers = {SECRET_HEADER: config.secret} if config.secret else {}
+        hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
+        self.channel = ReplicaChannel(
+            url,
+            config.dial_url(url),
+            hello,
+            config.max_value_bytes + MESSAGE_OVERHEAD,
+            config.timeout,
+        )
+        headers = {RING_HEADER: ring_identity}
+        if config.secret:
+            headers[SECRET_HEADER] = config.secret
+        self._base_url = URL(config.dial_url(url))
         self._session = aiohttp.ClientSession(
-            base_url=config.dial_url(url),
-            connector=aiohttp.TCPConnector(limit=config.peer_connections, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=None),
-            headers=self._headers,
-            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None), headers=headers, auto_decompress=False
         )
         self._was_open = False
 
     async def close(self) -> None:
+        await self.channel.close()
         await self._session.close()
 
     def available(self) -> bool:
         return self.breaker.available()
 
     async def get_record(self, key: bytes) -> Record | None:
-        async def request() -> Record | None:
-            async with self._session.get(RECORD_PATH, params=_id_param(key)) as response:
-                if response.status == 404:
-                    return None
-                _check(response, 200)
-                return _decode(await response.read())
+        return await self._guarded(lambda: self.channel.get(key))
 
-        return await self._guarded(request)
-
-    async def put_record(self, key: bytes, record: Record) -> None:
-        async def request() -> None:
-            async with self._session.put(
-                RECORD_PATH,
-                params=_id_param(key),
-                data=encode(record),
-                headers={"Content-Type": RECORD_CONTENT_TYPE},
-            ) as response:
-                _check(response, 200, 201)
-                await response.read()
-
-        await self._guarded(request)
+    async def put_record(self, key: bytes, record: Record) -> bool:
+        """Whether the peer stored it (False: it held a newer record already)."""
+        return await self._guarded(lambda: self.channel.put(key, record))
 
     async def open_scan(self, start: bytes, end: bytes | None) -> RecordStream:
         """Opens the peer's local range (headers within the deadline) and returns it as a
         stream of records, tombstones included; every later read has the deadline too."""
-        params = {"start": start.decode()}
+        query = "start=" + query_value(start)
         if end is not None:
-            params["end"] = end.decode()
+            query += "&end=" + query_value(end)
+        url = self._base_url.with_path(RECORDS_PATH).with_query(query)
 
         async def request() -> aiohttp.ClientResponse:
-            response = await self._session.get(RECORDS_PATH, params=params)
-            try:
-                _check(response, 200)
-            except PeerError:
+            response = await self._session.get(URL(str(url), encoded=True))
+            if response.status != 200:
                 response.release()
-                raise
+                raise PeerError(f"{self.url}: range answered {response.status}")
             return response
 
         return RecordStream(self.url, await self._guarded(request), self._timeout)
 
-    async def _guarded(self, request: Callable[[], Awaitable[T]]) -> T:
-        """Runs one replica request under the breaker and the deadline, and records its
-        outcome: a time-out, a refused or reset connection, a 5xx or a bad answer is a
-        failure; a cancellation (the coordinator no longer needs the answer) is neither."""
+    async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs one call under the breaker and the deadline, and records its outcome: a
+        time-out, a refused or reset connection, a refusal or a bad answer is a failure;
+        a cancellation (the coordinator no longer needs the answer) is neither."""
         is_probe = self.breaker.state is not State.CLOSED
         if not self.breaker.allow():
             raise PeerUnavailable(f"{self.url}: circuit open")
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self._timeout):
-                result = await request()
+                result = await call()
         except asyncio.CancelledError:
             if is_probe:
                 self.breaker.release_probe()
             raise
-        except (aiohttp.ClientError, TimeoutError, OSError, PeerError) as exc:
-            self.breaker.record_failure()
-            self._log_transition()
-            if isinstance(exc, PeerError):
-                raise
+        except TimeoutError as exc:
+            self.channel.deadline_missed(started)
+            self._failed()
+            raise PeerError(f"{self.url}: no answer within {self._timeout}s") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            self._failed()
             raise PeerError(f"{self.url}: {exc!r}") from exc
+        except PeerError:
+            self._failed()
+            raise
         self.breaker.record_success()
         self._log_transition()
         return result
+
+    def _failed(self) -> None:
+        self.breaker.record_failure()
+        self._log_transition()
 
     def status(self) -> dict[str, Any]:
         return {
             "breaker": self.breaker.state.value,
             "retry_after": round(self.breaker.retry_after(), 3),
+            "channel_refused": self.channel.refusal,
         }
 
     def _log_transition(self) -> None:
@@ -164,36 +162,28 @@ class RecordStream:
                 key = await content.readexactly(key_length)
                 (data_length,) = FRAME_LENGTH.unpack(await content.readexactly(FRAME_LENGTH.size))
                 data = await content.readexactly(data_length)
+                record = decode(data)
         except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
             await self.aclose()
             raise PeerError(f"{self._url}: range stream failed: {exc!r}") from exc
-        return key, _decode(data)
+        except CorruptRecord as exc:
+            await self.aclose()
+            raise PeerError(f"{self._url}: bad record in range stream: {exc}") from exc
+        return key, record
 
     async def aclose(self) -> None:
         self._response.close()
 
 
-def _id_param(key: bytes) -> dict[str, str]:
-    return {"id": key.decode()}
-
-
-def _check(response: aiohttp.ClientResponse, *expected: int) -> None:
-    if response.status not in expected:
-        raise PeerError(f"{response.url}: answered {response.status}")
-
-
-def _decode(data: bytes) -> Record:
-    try:
-        return decode(data)
-    except CorruptRecord as exc:
-        raise PeerError(f"bad record from peer: {exc}") from exc
-
-
 class Peers:
     """Every other node of the cluster, by URL."""
 
-    def __init__(self, config: NodeConfig) -> None:
-        self.by_url = {url: Peer(url, config) for url in config.cluster if url != config.self_url}
+    def __init__(self, config: NodeConfig, ring_identity: str) -> None:
+        self.by_url = {
+            url: Peer(url, config, ring_identity)
+            for url in config.cluster
+            if url != config.self_url
+        }
 
     async def close(self) -> None:
         await asyncio.gather(*(peer.close() for peer in self.by_url.values()))

@@ -9,6 +9,7 @@ of the topology list, in every process, on every platform.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections.abc import Iterable
 
 import mmh3
@@ -23,6 +24,14 @@ def token(node: str, index: int) -> int:
     return key_hash(f"{node}#{index}".encode())
 
 
+def ring_identity(nodes: Iterable[str], vnodes: int) -> str:
+    """A fingerprint of everything that places keys: two nodes whose identities differ
+    would put the same key on different replicas, so they must not replicate for each
+    other. Hex, 16 characters (64 bits of SHA-256)."""
+    placement = "\n".join([f"vnodes={vnodes}", *sorted(set(nodes))])
+    return hashlib.sha256(placement.encode()).hexdigest()[:16]
+
+
 class Ring:
     def __init__(self, nodes: Iterable[str], vnodes: int) -> None:
         self.nodes: tuple[str, ...] = tuple(sorted(set(nodes)))
@@ -33,6 +42,7 @@ class Ring:
         points = sorted((token(node, i), node) for node in self.nodes for i in range(vnodes))
         self._tokens = [t for t, _ in points]
         self._owners = [node for _, node in points]
+        self.identity = ring_identity(self.nodes, vnodes)
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -1,8 +1,8 @@
-"""The internal protocol's paths, header names and range framing (shared by both ends).
+"""The internal range stream over HTTP (shared by both ends): its path, headers and
+framing. Single-record calls travel on the replica channel (`dht.replica_protocol`).
 
-A record travels as its storage encoding (`dht.record`), which carries the version. The
-range stream is a sequence of frames: key length (4 bytes big-endian), key, record length
-(4 bytes big-endian), encoded record.
+The range stream is a sequence of frames: key length (4 bytes big-endian), key, record
+length (4 bytes big-endian), encoded record (`dht.record`, version included).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import struct
 
 from dht.record import Record, encode
 
-RECORD_PATH = "/internal/v0/record"
 RECORDS_PATH = "/internal/v0/records"
 SECRET_HEADER = "X-Dht-Secret"
-RECORD_CONTENT_TYPE = "application/x-dht-record"
+RING_HEADER = "X-Dht-Ring"
+RECORD_CONTENT_TYPE = "application/x-dht-records"
 
 FRAME_LENGTH = struct.Struct(">I")
 

@@ -26,9 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from dht.record import Record, decode, encode
+from dht.config import NodeConfig
+from dht.record import Record, decode
+from dht.replica_protocol import (
+    PROTOCOL_VERSION,
+    Answer,
+    Failed,
+    GetRecord,
+    Hello,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Refused,
+    ReplicaCodec,
+    Request,
+    Role,
+    Stored,
+)
+from dht.ring import ring_identity
 from dht.testbed import Testbed, free_ports, ports_needed
-from dht.wire import FRAME_LENGTH, RECORD_PATH, RECORDS_PATH, SECRET_HEADER
+from dht.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
 
 T = TypeVar("T")
 
@@ -271,11 +288,25 @@ class Node:
             raise RuntimeError(f"{self.url} local records: {response.status} {response.text}")
         return decode_frames(response.body)
 
-    def put_local(self, key: str, record: Record) -> Response:
-        """`PUT /internal/v0/record`: a replica write to this node only, as a peer sends it."""
-        query = urllib.parse.urlencode({"id": key}, quote_via=urllib.parse.quote)
-        url = f"{self.url}{RECORD_PATH}?{query}"
-        return internal_request(self, "PUT", url, encode(record))
+    def put_local(self, key: str | bytes, record: Record) -> Answer | Refused:
+        """A replica write to this node only, on the replica channel, as a peer sends it:
+        Stored, Failed (the node declined), or Refused (the channel was not opened)."""
+        key = key.encode() if isinstance(key, str) else key
+        return replica_call(self, lambda call_id: PutRecord(call_id, key, record))
+
+    def get_local(self, key: str | bytes) -> Answer | Refused:
+        """A replica read of this node only: RecordFound or RecordAbsent."""
+        key = key.encode() if isinstance(key, str) else key
+        return replica_call(self, lambda call_id: GetRecord(call_id, key))
+
+    def flag(self, name: str) -> str | None:
+        """The value of `--name` among the node's extra arguments, if given."""
+        for index, arg in enumerate(self.extra_args):
+            if arg == name and index + 1 < len(self.extra_args):
+                return self.extra_args[index + 1]
+            if arg.startswith(name + "="):
+                return arg.partition("=")[2]
+        return None
 
 
 class Cluster:
@@ -337,17 +368,40 @@ def records_url(base: str, start: str, end: str | None = None) -> str:
 
 def cluster_secret(node: Node) -> str | None:
     """The secret the node was started with (`--secret`, else $DHT_SECRET), if any."""
-    args = node.extra_args
-    for index, arg in enumerate(args):
-        if arg == "--secret" and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith("--secret="):
-            return arg.partition("=")[2]
-    return os.environ.get("DHT_SECRET")
+    return node.flag("--secret") or os.environ.get("DHT_SECRET")
+
+
+def peer_hello(node: Node) -> Hello:
+    """The HELLO a peer of `node` sends: its ring identity and cluster secret."""
+    vnodes = int(node.flag("--vnodes") or NodeConfig.vnodes)
+    ring = ring_identity(node.topology, vnodes)
+    return Hello(PROTOCOL_VERSION, node.cluster_url, ring, cluster_secret(node) or "")
+
+
+def replica_call(
+    node: Node,
+    request_for: Callable[[int], Request],
+    hello: Hello | None = None,
+    timeout: float = 10.0,
+) -> Answer | Refused:
+    """One call on a fresh replica channel to `node` (blocking): the answer, or Refused
+    if the node would not open the channel. `hello` defaults to a true peer's."""
+    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
+    frames = codec.send(hello or peer_hello(node)) + codec.send(request_for(1))
+    with socket.create_connection((HOST, node.port), timeout=timeout) as sock:
+        sock.sendall(b"".join(frames))
+        while True:
+            while (event := codec.next_event()) is not None:
+                if isinstance(event, Refused | RecordFound | RecordAbsent | Stored | Failed):
+                    return event
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError(f"{node.url} closed the replica channel without an answer")
+            codec.receive_data(data)
 
 
 def internal_request(node: Node, method: str, url: str, body: bytes | None = None) -> Response:
-    """One request to an internal path, carrying the node's cluster secret if it has one."""
+    """One HTTP request to an internal path, with the node's cluster secret if it has one."""
     secret = cluster_secret(node)
     return request(method, url, body, headers={} if secret is None else {SECRET_HEADER: secret})
 

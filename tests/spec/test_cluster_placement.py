@@ -7,13 +7,12 @@ go on in the background, so a count that must grow is polled with a deadline.
 
 from __future__ import annotations
 
-import urllib.parse
-
 import pytest
 
 from dht.record import Record
+from dht.replica_protocol import RecordAbsent, RecordFound, Stored
 from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node, Response, internal_request, wait_for
+from tests.launcher import Cluster, wait_for
 
 KEYS = [f"key-{i:03d}" for i in range(30)]
 
@@ -145,19 +144,15 @@ def test_internal_write_is_never_forwarded(start_cluster: ClusterFactory) -> Non
     cluster = start_cluster(3)
     keys = KEYS[:10]
     for key in keys:
-        assert cluster[0].put_local(key, Record.live(1_000, b"internal")).status in (200, 201)
+        assert cluster[0].put_local(key, Record.live(1_000, b"internal")) == Stored(1, True)
     assert holders(cluster, keys) == {key: [0] for key in keys}
 
 
 def test_internal_read_is_never_forwarded(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3)
     key = KEYS[0]
-    assert cluster[0].put_local(key, Record.live(1_000, b"internal")).status in (200, 201)
-    assert internal_get(cluster[0], key).status == 200
+    record = Record.live(1_000, b"internal")
+    assert cluster[0].put_local(key, record) == Stored(1, True)
+    assert cluster[0].get_local(key) == RecordFound(1, record)
     for node in cluster.nodes[1:]:
-        assert internal_get(node, key).status == 404, node.url
-
-
-def internal_get(node: Node, key: str) -> Response:
-    query = urllib.parse.urlencode({"id": key})
-    return internal_request(node, "GET", f"{node.url}/internal/v0/record?{query}")
+        assert node.get_local(key) == RecordAbsent(1), node.url

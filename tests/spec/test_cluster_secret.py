@@ -1,30 +1,43 @@
 """SPEC.md section 6: with a cluster secret set, a client cannot forge a version or a
-replica write; the nodes themselves, carrying the secret, replicate as usual."""
+replica write; the nodes themselves, carrying the secret, replicate as usual. Internal
+traffic carries the sender's ring identity, and a node with another ring refuses it."""
 
 from __future__ import annotations
 
-from dht.clock import MAX_VERSION
-from dht.record import Record, encode
-from dht.wire import RECORD_PATH, SECRET_HEADER
+import dataclasses
+
+from dht.clock import version_at, wall_clock_ms
+from dht.record import Record
+from dht.replica_protocol import PutRecord, RecordFound, Refused, Stored
+from dht.wire import RING_HEADER, SECRET_HEADER
 from tests.fixtures import ClusterFactory
-from tests.launcher import Node, request
+from tests.launcher import Node, peer_hello, replica_call, request
 
 
-def forge(node: Node, key: str, headers: dict[str, str]) -> int:
-    """A replica write with the highest possible version, as a forger would send it."""
-    url = f"{node.url}{RECORD_PATH}?id={key}"
-    return request("PUT", url, encode(Record.live(MAX_VERSION, b"forged")), headers=headers).status
+def write_with(node: Node, key: str, **hello: str) -> object:
+    """A replica write, newer than any before it, on a channel opened with `hello`'s
+    fields changed."""
+    record = Record.live(version_at(wall_clock_ms()), b"forged")
+    return replica_call(
+        node,
+        lambda call_id: PutRecord(call_id, key.encode(), record),
+        dataclasses.replace(peer_hello(node), **hello),
+    )
 
 
-def test_with_a_secret_internal_requests_without_it_are_refused(
-    start_cluster: ClusterFactory,
-) -> None:
+def test_with_a_secret_a_channel_without_it_is_refused(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3, ["--secret", "s3cret"])
     assert cluster[0].put("account", b"real").status == 201
-    assert forge(cluster[1], "account", {}) == 403
-    assert forge(cluster[1], "account", {SECRET_HEADER: "guess"}) == 403
+    for offered in ("", "guess"):
+        answer = write_with(cluster[1], "account", secret=offered)
+        assert isinstance(answer, Refused), answer
+        assert "secret" in answer.reason
     refused = request("GET", f"{cluster[1].url}/internal/v0/records?start=a")
     assert refused.status == 403
+    guessed = request(
+        "GET", f"{cluster[1].url}/internal/v0/records?start=a", headers={SECRET_HEADER: "guess"}
+    )
+    assert guessed.status == 403
     for node in cluster:
         answer = node.get("account", "3/3")
         assert (answer.status, answer.body) == (200, b"real")
@@ -38,12 +51,48 @@ def test_with_a_secret_nodes_still_replicate_and_read_each_other(
     assert cluster[2].get("shared", "3/3").body == b"v"
     assert cluster[1].range("shared").body == b"shared\nv"
     assert all("shared" in node.local_records() for node in cluster)
+    assert write_with(cluster[1], "shared", secret="s3cret") == Stored(1, True)
+    found = cluster[1].get_local("shared")
+    assert isinstance(found, RecordFound)
+    assert found.record.value == b"forged"
 
 
-def test_without_a_secret_a_replica_write_carrying_a_version_is_taken(
+def test_without_a_secret_a_replica_write_with_a_sane_version_is_taken(
     start_cluster: ClusterFactory,
 ) -> None:
-    """The default is open internal paths, as documented: the secret is what closes them."""
+    """The default of a lone `node` is an open channel, as documented (and warned about
+    at start): the secret is what closes it."""
     node = start_cluster(1)[0]
-    assert forge(node, "open", {}) == 201
+    assert write_with(node, "open") == Stored(1, True)
     assert node.get("open").body == b"forged"
+    assert "no --secret" in node.log_tail()
+
+
+def test_a_peer_with_another_ring_is_refused_on_the_channel_and_over_http(
+    start_cluster: ClusterFactory,
+) -> None:
+    node = start_cluster(1)[0]
+    answer = write_with(node, "elsewhere", ring="0123456789abcdef")
+    assert isinstance(answer, Refused), answer
+    assert "0123456789abcdef" in answer.reason
+    assert peer_hello(node).ring in answer.reason
+    conflict = request(
+        "GET", f"{node.url}/internal/v0/records?start=a", headers={RING_HEADER: "0123456789abcdef"}
+    )
+    assert conflict.status == 409
+    assert "0123456789abcdef" in conflict.text
+
+
+def test_a_peer_speaking_another_protocol_version_is_refused(
+    start_cluster: ClusterFactory,
+) -> None:
+    node = start_cluster(1)[0]
+    record = Record.live(1_000, b"v")
+    answer = replica_call(
+        node,
+        lambda call_id: PutRecord(call_id, b"k", record),
+        dataclasses.replace(peer_hello(node), version=99),
+    )
+    assert isinstance(answer, Refused), answer
+    assert "protocol version 99" in answer.reason
+    assert node.get("k").status == 404

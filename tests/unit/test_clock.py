@@ -5,8 +5,17 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dht.clock import COUNTER_BITS, MAX_VERSION, HybridClock, version_at, version_ms
+from dht.clock import (
+    COUNTER_BITS,
+    MAX_VERSION,
+    HybridClock,
+    VersionAhead,
+    version_at,
+    version_ms,
+)
 
 START_MS = 1_700_000_000_000  # a realistic wall-clock reading (November 2023)
 
@@ -87,8 +96,74 @@ def test_versions_fit_in_64_bits_with_milliseconds_in_the_high_bits(ms: int) -> 
 
 
 def test_the_clock_refuses_to_issue_a_version_beyond_64_bits() -> None:
-    clock = HybridClock(FakeWall(0))
-    clock.observe(MAX_VERSION)
+    """Only a wall clock past 2^48 ms (the year 10889) could get there."""
+    clock = HybridClock(FakeWall(1 << 48))
     with pytest.raises(OverflowError):
         clock.now()
-    assert clock.last == MAX_VERSION
+
+
+DRIFT_MS = 60_000
+
+
+def test_a_version_within_the_drift_bound_moves_the_clock() -> None:
+    wall = FakeWall()
+    clock = HybridClock(wall, DRIFT_MS)
+    ahead = version_at(START_MS + DRIFT_MS, 0xFFFF)
+    clock.observe(ahead)
+    assert clock.now() > ahead
+    assert clock.refused == 0
+
+
+def test_a_version_past_the_drift_bound_is_refused_and_leaves_the_clock_alone() -> None:
+    clock = HybridClock(FakeWall(), DRIFT_MS)
+    before = clock.now()
+    with pytest.raises(VersionAhead) as refused:
+        clock.observe(version_at(START_MS + DRIFT_MS + 1))
+    assert refused.value.ahead_ms == DRIFT_MS + 1
+    assert "60.001s ahead" in str(refused.value)
+    assert clock.last == before
+    assert version_ms(clock.now()) == START_MS
+    assert clock.refused == 1
+
+
+def test_a_forged_maximal_version_cannot_exhaust_the_clock() -> None:
+    """The forged-version bug: one replica write with version 2^64-1 made every later
+    write on the node fail."""
+    clock = HybridClock(FakeWall(), DRIFT_MS)
+    with pytest.raises(VersionAhead):
+        clock.observe(MAX_VERSION)
+    assert version_ms(clock.now()) == START_MS
+
+
+@settings(max_examples=500)
+@given(
+    remote=st.lists(st.integers(min_value=0, max_value=MAX_VERSION), max_size=20),
+    wall_steps=st.lists(st.integers(min_value=-10_000, max_value=10_000), max_size=20),
+    drift_ms=st.integers(min_value=0, max_value=3_600_000),
+)
+def test_observe_and_now_stay_within_bounds_for_any_64_bit_input(
+    remote: list[int], wall_steps: list[int], drift_ms: int
+) -> None:
+    """Whatever 64-bit versions arrive, and however the wall clock steps (even back),
+    `now` never raises and never runs further ahead of the wall clock than the drift
+    bound plus one millisecond per version it issued; refused versions move nothing."""
+    wall = FakeWall()
+    clock = HybridClock(wall, drift_ms)
+    highest_wall = wall.ms
+    issued = 0
+    previous = 0
+    for index, version in enumerate(remote):
+        wall.ms += wall_steps[index] if index < len(wall_steps) else 0
+        highest_wall = max(highest_wall, wall.ms)
+        last = clock.last
+        try:
+            clock.observe(version)
+        except VersionAhead:
+            assert clock.last == last
+            assert version_ms(version) > wall.ms + drift_ms
+        now = clock.now()
+        issued += 1
+        assert now > previous
+        assert now <= MAX_VERSION
+        assert version_ms(now) <= highest_wall + drift_ms + issued
+        previous = now

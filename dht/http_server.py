@@ -1,0 +1,87 @@
+"""The node's one HTTP request handler: route by path and method, bound the client
+requests in flight, and turn every error into a status with a one-line reason.
+
+It runs on aiohttp's low-level server (no Application, router or middleware chain): a
+request costs one dict look-up to find its handler and one query parse, which is the
+whole of what a node adds to aiohttp's own work before the handler runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dht.keys import query_params
+
+log = logging.getLogger(__name__)
+
+Params = dict[str, bytes]
+Handler = Callable[[web.BaseRequest, Params], Awaitable[web.StreamResponse]]
+
+
+def text(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    """An answer whose body is one plain-text line."""
+    return web.Response(status=status, text=reason + "\n", headers=headers)
+
+
+class BadRequest(Exception):
+    """The request is malformed; the message is the reason sent back with 400."""
+
+
+class PayloadTooLarge(Exception):
+    """The body is over the node's limit; the message is the reason sent back with 413."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    handlers: dict[str, Handler]  # by method
+    # Counted against --max-in-flight: client work is; health checks and replica
+    # traffic are not, so client load cannot starve replication or hide the node's health.
+    counted: bool = True
+
+
+class HttpServer:
+    def __init__(self, routes: dict[str, Route], max_in_flight: int) -> None:
+        self._routes = routes
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.refused = 0
+        self.errors = 0
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        path, _, query = request.raw_path.partition("?")
+        route = self._routes.get(path)
+        if route is None:
+            return text(400, f"Bad Request: no such path {path[:200]}")
+        handler = route.handlers.get(request.method)
+        if handler is None:
+            allow = ", ".join(sorted(route.handlers))
+            return text(405, f"Method Not Allowed: {request.method}", {"Allow": allow})
+        if not route.counted:
+            return await self._call(handler, request, query)
+        if self.in_flight >= self.max_in_flight:
+            self.refused += 1
+            return text(503, "Overloaded", {"Retry-After": "1"})
+        self.in_flight += 1
+        try:
+            return await self._call(handler, request, query)
+        finally:
+            self.in_flight -= 1
+
+    async def _call(
+        self, handler: Handler, request: web.BaseRequest, query: str
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request, query_params(query))
+        except BadRequest as exc:
+            return text(400, f"Bad Request: {exc}")
+        except (PayloadTooLarge, web.HTTPRequestEntityTooLarge) as exc:
+            reason = exc if isinstance(exc, PayloadTooLarge) else "body over the size limit"
+            return text(413, f"Payload Too Large: {reason}")
+        except Exception as exc:
+            self.errors += 1
+            log.exception("%s %s failed", request.method, request.raw_path[:200])
+            return text(500, f"Internal Server Error: {type(exc).__name__}")

@@ -1,0 +1,59 @@
+"""The node's one listening port, serving HTTP (aiohttp) and the replica channel.
+
+An aiohttp site whose accepted connections start with `ProtocolSniffer`: the first byte
+decides whether aiohttp's request handler or a replica channel `ServerConnection` takes
+the connection. One port keeps the topology a list of HTTP URLs, and lets every
+Toxiproxy link carry both kinds of traffic unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from dht.replica_channel import ProtocolSniffer, ReplicaService, ServerConnection
+
+
+class SharedPortSite(web.BaseSite):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        service: ReplicaService,
+        max_message_bytes: int,
+        backlog: int = 1024,
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._host = host
+        self._port = port
+        self._service = service
+        self._max_message = max_message_bytes
+        self.channels: set[ServerConnection] = set()
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        http = self._runner.server
+        assert http is not None
+
+        def channel() -> ServerConnection:
+            return ServerConnection(self._service, self._max_message, self.channels)
+
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: ProtocolSniffer(http, channel),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
+
+    async def stop(self) -> None:
+        """Stops accepting, and closes every replica channel (aiohttp closes its own)."""
+        await super().stop()
+        for connection in list(self.channels):
+            connection.abort()

@@ -1,0 +1,404 @@
+"""The replica channel: one long-lived connection per peer that carries many record calls
+at once, answers matched by call id (the asyncio half of `dht.replica_protocol`).
+
+Client end (`ReplicaChannel`): connects on first use and sends HELLO (protocol version,
+ring identity, cluster secret) with the first calls right behind it; then every
+`get`/`put` is a frame out and a frame back, no HTTP. Frames produced in one loop
+iteration leave in one write. A connection that closes, resets or answers garbage fails
+all of its pending calls at once with `PeerError`; one that stays silent through a
+call's whole deadline is aborted, which fails the rest at once too. The next call dials
+again.
+
+Server end (`ServerConnection`): answers calls synchronously from storage (a LevelDB
+point operation each), so a batch of requests that arrived together is answered in one
+write, with no task per call. When the client stops reading, the server stops reading
+from it too.
+
+Large messages are cut into fragments (`FRAGMENT_BYTES`); complete small frames are
+always written before the next fragment, and fragments enter the transport only while
+it is below its high-water mark, so a 16 MiB value never holds small calls behind it.
+
+`ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
+byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
+handed to aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, cast
+from urllib.parse import urlsplit
+
+from dht.record import Record
+from dht.replica_protocol import (
+    PREFACE,
+    Answer,
+    Failed,
+    GetRecord,
+    Hello,
+    ProtocolError,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Refused,
+    ReplicaCodec,
+    Request,
+    Role,
+    Stored,
+    Welcome,
+)
+
+log = logging.getLogger(__name__)
+
+# Bytes a connection lets pile up in its transport before it stops feeding it fragments.
+_WRITE_HIGH_WATER = 256 * 1024
+_LAST_CALL_ID = (1 << 32) - 1
+
+
+class PeerError(Exception):
+    """A replica call to a peer failed (time-out, refused, reset, bad answer)."""
+
+
+class ReplicaRefusal(Exception):
+    """A replica declines one call (the message is the reason sent back in FAILED)."""
+
+
+class _Connection(asyncio.Protocol):
+    """What both ends share: a codec, and writes batched per loop iteration with large
+    messages fed in fragments behind the small ones."""
+
+    def __init__(self, codec: ReplicaCodec) -> None:
+        self.codec = codec
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.last_received = time.monotonic()
+        self._urgent: list[bytes] = []
+        self._bulk: deque[deque[bytes]] = deque()
+        self._flush_scheduled = False
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
+        self.transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._urgent.clear()
+        self._bulk.clear()
+
+    def send(self, event: Hello | Request | Answer | Welcome | Refused) -> None:
+        """Queues `event`; it leaves with everything else queued in this loop iteration."""
+        frames = self.codec.send(event)
+        if len(frames) == 1:
+            self._urgent.append(frames[0])
+        else:
+            self._bulk.append(deque(frames))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._urgent:
+            transport.writelines(self._urgent)
+            self._urgent = []
+        bulk = self._bulk
+        while bulk and not self._paused:
+            fragments = bulk[0]
+            transport.write(fragments.popleft())
+            if fragments:
+                bulk.rotate(-1)  # round robin between large messages
+            else:
+                bulk.popleft()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self.flush()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+# -- the client end --------------------------------------------------------------------
+
+
+class ClientConnection(_Connection):
+    """Calls may be sent right behind HELLO, before WELCOME comes back: a refused HELLO
+    fails them all, and the server reads nothing after it. Opening a channel thus costs
+    no round trip of its own."""
+
+    def __init__(
+        self, peer: str, max_message_bytes: int, on_handshake: Callable[[str | None], None]
+    ) -> None:
+        super().__init__(ReplicaCodec(Role.CLIENT, max_message_bytes))
+        self.peer = peer
+        self._on_handshake = on_handshake
+        self._calls: dict[int, asyncio.Future[Answer]] = {}
+        self._next_call = 0
+
+    def call(self, request_for: Callable[[int], Request]) -> tuple[int, asyncio.Future[Answer]]:
+        """Sends one request; its answer resolves the returned future."""
+        self._next_call = self._next_call % _LAST_CALL_ID + 1
+        call_id = self._next_call
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        self.send(request_for(call_id))
+        return call_id, future
+
+    def forget(self, call_id: int) -> None:
+        self._calls.pop(call_id, None)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
+        self.codec.receive_data(data)
+        try:
+            while (event := self.codec.next_event()) is not None:
+                if isinstance(event, Welcome):
+                    self._on_handshake(None)
+                elif isinstance(event, Refused):
+                    reason = f"{self.peer} refused the replica channel: {event.reason}"
+                    self._on_handshake(reason)
+                    self._fail(PeerError(reason))
+                    self.abort()
+                elif isinstance(event, RecordFound | RecordAbsent | Stored | Failed):
+                    future = self._calls.pop(event.call_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(event)
+        except ProtocolError as exc:
+            log.warning("replica channel to %s sent garbage (%s): closing it", self.peer, exc)
+            self._fail(PeerError(f"{self.peer}: protocol error: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._fail(PeerError(f"{self.peer}: replica channel closed ({exc!r})"))
+
+    def _fail(self, error: PeerError) -> None:
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class ReplicaChannel:
+    """The channel to one peer, dialled on demand. Calls carry no deadline of their own:
+    the caller (`dht.peers.Peer`) puts one around each, and reports a missed one with
+    `deadline_missed` so a silent connection is torn down."""
+
+    def __init__(
+        self, peer: str, dial_url: str, hello: Hello, max_message_bytes: int, timeout: float
+    ) -> None:
+        self.peer = peer
+        parts = urlsplit(dial_url)
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or 80
+        self._hello = hello
+        self._max_message = max_message_bytes
+        self._timeout = timeout
+        self._connection: ClientConnection | None = None
+        self._connecting: asyncio.Task[ClientConnection] | None = None
+        self.refusal: str | None = None
+
+    async def get(self, key: bytes) -> Record | None:
+        answer = await self._call(lambda call_id: GetRecord(call_id, key))
+        if isinstance(answer, RecordFound):
+            return answer.record
+        if isinstance(answer, RecordAbsent):
+            return None
+        raise self._unexpected(answer)
+
+    async def put(self, key: bytes, record: Record) -> bool:
+        """Whether the peer stored it (False: it already held a newer record)."""
+        answer = await self._call(lambda call_id: PutRecord(call_id, key, record))
+        if isinstance(answer, Stored):
+            return answer.stored
+        raise self._unexpected(answer)
+
+    def deadline_missed(self, since: float) -> None:
+        """A call sent at `since` got no answer in time: if nothing at all arrived on its
+        connection since then, the connection is stalled, and every call on it fails now."""
+        connection = self._connection
+        if connection is not None and connection.last_received < since:
+            log.info("replica channel to %s is silent: closing it", self.peer)
+            connection.abort()
+
+    async def close(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
+        if self._connection is not None and self._connection.transport is not None:
+            self._connection.transport.close()
+
+    def _unexpected(self, answer: Answer) -> PeerError:
+        if isinstance(answer, Failed):
+            return PeerError(f"{self.peer} declined: {answer.reason}")
+        return PeerError(f"{self.peer} answered {type(answer).__name__}")
+
+    async def _call(self, request_for: Callable[[int], Request]) -> Answer:
+        connection = self._connection
+        if connection is None or connection.closed:
+            connection = await self._connect()
+        call_id, answer = connection.call(request_for)
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            connection.forget(call_id)
+            raise
+
+    async def _connect(self) -> ClientConnection:
+        """One dial at a time, shared by every call that needs it."""
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._dial())
+            self._connecting.add_done_callback(self._dialled)
+        return await asyncio.shield(self._connecting)
+
+    def _dialled(self, task: asyncio.Task[ClientConnection]) -> None:
+        self._connecting = None
+        if not task.cancelled() and task.exception() is None:
+            self._connection = task.result()
+
+    async def _dial(self) -> ClientConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._timeout):
+                _, connection = await loop.create_connection(
+                    lambda: ClientConnection(self.peer, self._max_message, self._handshake),
+                    self._host,
+                    self._port,
+                )
+        except (OSError, TimeoutError) as exc:
+            raise PeerError(f"{self.peer}: cannot open the replica channel: {exc!r}") from exc
+        connection.send(self._hello)
+        return connection
+
+    def _handshake(self, refusal: str | None) -> None:
+        """The peer's answer to HELLO: None for WELCOME, else why it refused."""
+        if refusal is None and self.refusal is not None:
+            log.info("replica channel to %s is open again", self.peer)
+        elif refusal is not None and refusal != self.refusal:
+            log.warning("%s", refusal)  # once per distinct reason, not once per call
+        self.refusal = refusal
+
+
+# -- the server end --------------------------------------------------------------------
+
+
+class ReplicaService(Protocol):
+    """What the server end calls: this node's side of the replica protocol."""
+
+    def admit(self, hello: Hello) -> str | None:
+        """None to open the channel, or the reason it is refused."""
+
+    def rpc_get(self, key: bytes) -> Record | None: ...
+
+    def rpc_put(self, key: bytes, record: Record) -> bool:
+        """Whether it was stored; raises ReplicaRefusal to decline."""
+
+
+class ServerConnection(_Connection):
+    def __init__(
+        self, service: ReplicaService, max_message_bytes: int, live: set[ServerConnection]
+    ) -> None:
+        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes))
+        self._service = service
+        self._live = live
+        self._refused = False
+        self._peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._live.add(self)
+        peername = transport.get_extra_info("peername")
+        if peername:
+            self._peer = f"{peername[0]}:{peername[1]}"
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._live.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self.codec.receive_data(data)
+        try:
+            # Nothing after a refused HELLO is read, not even calls sent right behind it.
+            while not self._refused and (event := self.codec.next_event()) is not None:
+                self._answer(event)
+        except ProtocolError as exc:
+            log.warning("replica channel from %s sent garbage (%s): closing it", self._peer, exc)
+            self.abort()
+            return
+        self.flush()
+
+    def _answer(self, event: object) -> None:
+        if isinstance(event, GetRecord):
+            record = self._service.rpc_get(event.key)
+            self.send(
+                RecordAbsent(event.call_id)
+                if record is None
+                else RecordFound(event.call_id, record)
+            )
+        elif isinstance(event, PutRecord):
+            try:
+                self.send(Stored(event.call_id, self._service.rpc_put(event.key, event.record)))
+            except ReplicaRefusal as refusal:
+                self.send(Failed(event.call_id, str(refusal)))
+        elif isinstance(event, Hello):
+            reason = self._service.admit(event)
+            if reason is None:
+                self.send(Welcome())
+                return
+            log.warning(
+                "refused a replica channel from %s (%s): %s", event.sender, self._peer, reason
+            )
+            self._refused = True
+            self.send(Refused(reason))
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()  # after the REFUSED frame is written
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.transport is not None:
+            self.transport.pause_reading()  # a client that does not read gets no answers
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        super().resume_writing()
+
+
+class ProtocolSniffer(asyncio.Protocol):
+    """The first protocol of every accepted connection: on the first byte it hands the
+    connection to the replica channel (0x00) or to the HTTP server (anything else)."""
+
+    def __init__(
+        self,
+        http: Callable[[], asyncio.Protocol],
+        channel: Callable[[], asyncio.Protocol],
+    ) -> None:
+        self._http = http
+        self._channel = channel
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._transport is not None
+        protocol = self._channel() if data[:1] == PREFACE[:1] else self._http()
+        self._transport.set_protocol(protocol)
+        protocol.connection_made(self._transport)
+        protocol.data_received(data)

@@ -1,0 +1,346 @@
+"""The replica channel's wire format: bytes in, typed events out, and back (sans-I/O).
+
+Nothing here touches a socket or an event loop (the model is python-hyper/h11): a
+`ReplicaCodec` takes bytes with `receive_data`, hands out events with `next_event` and
+turns an event into frames with `send`. Malformed input from the peer raises
+`ProtocolError`; a caller sending what its role may not send raises `ChannelMisuse`.
+
+A connection starts with `PREFACE` from the client. Its first byte, 0x00, can never
+start an HTTP request, so the node's one port serves both HTTP and this channel.
+
+Every frame: body length (u32), op (u8, high bit `MORE` = more fragments follow), call
+id (u32), body. A message whose body is larger than `FRAGMENT_BYTES` travels as several
+frames with the same op and call id, so a large value can be interleaved with small
+calls instead of holding them behind it. Call id 0 is the handshake.
+
+| op | from | body |
+| --- | --- | --- |
+| HELLO | client, first | version (u16); sender URL, ring identity, secret (u16 length + UTF-8) |
+| WELCOME | server | empty: the channel is open |
+| REFUSED | server | reason (UTF-8); the server closes the connection after it |
+| GET | client | key |
+| PUT | client | key length (u32), key, record (`dht.record` encoding, version inside) |
+| RECORD | server, answers GET | record |
+| ABSENT | server, answers GET | empty: no record for that key |
+| STORED | server, answers PUT | 1 byte: 1 stored, 0 kept (the replica held a newer record) |
+| FAILED | server, answers GET or PUT | reason (UTF-8): the replica refused or could not do it |
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dht.record import CorruptRecord, Record, decode, encode
+
+PROTOCOL_VERSION = 1
+PREFACE = b"\x00dht-replica\r\n"
+FRAGMENT_BYTES = 64 * 1024
+HANDSHAKE_CALL = 0
+
+_FRAME = struct.Struct(">IBI")
+_MORE = 0x80
+_VERSION = struct.Struct(">H")
+_TEXT_LENGTH = struct.Struct(">H")
+_KEY_LENGTH = struct.Struct(">I")
+# Headroom over a value for a PUT's key length, record header and framing.
+MESSAGE_OVERHEAD = 64
+
+
+class Op(enum.IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    REFUSED = 3
+    GET = 4
+    PUT = 5
+    RECORD = 6
+    ABSENT = 7
+    STORED = 8
+    FAILED = 9
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that are not this protocol: the connection must be closed."""
+
+
+class ChannelMisuse(Exception):
+    """This side tried to send something its role may not send (a bug, not the peer)."""
+
+
+class Role(enum.Enum):
+    CLIENT = "client"
+    SERVER = "server"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    version: int
+    sender: str
+    ring: str
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetRecord:
+    call_id: int
+    key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PutRecord:
+    call_id: int
+    key: bytes
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFound:
+    call_id: int
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAbsent:
+    call_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    call_id: int
+    stored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    call_id: int
+    reason: str
+
+
+Handshake = Hello | Welcome | Refused
+Request = GetRecord | PutRecord
+Answer = RecordFound | RecordAbsent | Stored | Failed
+Event = Handshake | Request | Answer
+
+# What each role receives: first the handshake, then calls (server) or answers (client).
+_OPENING = {Role.SERVER: {Op.HELLO}, Role.CLIENT: {Op.WELCOME, Op.REFUSED}}
+_AFTERWARDS = {
+    Role.SERVER: {Op.GET, Op.PUT},
+    Role.CLIENT: {Op.RECORD, Op.ABSENT, Op.STORED, Op.FAILED},
+}
+_SENDS = {
+    Role.CLIENT: (Hello, GetRecord, PutRecord),
+    Role.SERVER: (Welcome, Refused, RecordFound, RecordAbsent, Stored, Failed),
+}
+
+
+class ReplicaCodec:
+    """One end of one connection: frames in both directions, and the handshake order.
+
+    `max_message_bytes` bounds one message's body (a value plus `MESSAGE_OVERHEAD`): a
+    peer that announces more is refused before its bytes are buffered.
+    """
+
+    def __init__(self, role: Role, max_message_bytes: int) -> None:
+        self.role = role
+        self._max_message = max_message_bytes
+        self._buffer = bytearray()
+        self._preface_pending = role is Role.SERVER
+        self._expected = _OPENING[role]
+        self._fragments: dict[int, tuple[Op, bytearray]] = {}
+        self._hello_sent = False
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_event(self) -> Event | None:
+        """The next complete event, or None until more bytes arrive."""
+        while True:
+            if self._preface_pending:
+                if not self._take_preface():
+                    return None
+            buffer = self._buffer
+            if len(buffer) < _FRAME.size:
+                return None
+            length, op_byte, call_id = _FRAME.unpack_from(buffer)
+            if length > self._max_message:
+                raise ProtocolError(f"frame of {length} bytes is over the message limit")
+            end = _FRAME.size + length
+            if len(buffer) < end:
+                return None
+            with memoryview(buffer) as view:
+                body = bytes(view[_FRAME.size : end])
+            del buffer[:end]
+            op = self._check_op(op_byte & ~_MORE)
+            if op_byte & _MORE or call_id in self._fragments:
+                assembled = self._assemble(op, call_id, body, more=bool(op_byte & _MORE))
+                if assembled is None:
+                    continue
+                body = assembled
+            return self._event(op, call_id, body)
+
+    def _take_preface(self) -> bool:
+        seen = bytes(self._buffer[: len(PREFACE)])
+        if not PREFACE.startswith(seen):
+            raise ProtocolError("connection does not start with the replica channel preface")
+        if len(seen) < len(PREFACE):
+            return False
+        del self._buffer[: len(PREFACE)]
+        self._preface_pending = False
+        return True
+
+    def _check_op(self, value: int) -> Op:
+        try:
+            op = Op(value)
+        except ValueError:
+            raise ProtocolError(f"unknown op {value}") from None
+        if op not in self._expected:
+            raise ProtocolError(f"op {op.name} is not expected here by the {self.role.value}")
+        return op
+
+    def _assemble(self, op: Op, call_id: int, body: bytes, more: bool) -> bytes | None:
+        """Adds one fragment; returns the whole body once its last fragment arrived."""
+        started = self._fragments.get(call_id)
+        if started is None:
+            started = (op, bytearray())
+            self._fragments[call_id] = started
+        elif started[0] != op:
+            raise ProtocolError(f"call {call_id}: a {op.name} fragment inside a {started[0].name}")
+        parts = started[1]
+        parts += body
+        if len(parts) > self._max_message:
+            raise ProtocolError(f"call {call_id}: message over the {self._max_message}-byte limit")
+        if more:
+            return None
+        del self._fragments[call_id]
+        return bytes(parts)
+
+    def _event(self, op: Op, call_id: int, body: bytes) -> Event:
+        try:
+            event = _DECODERS[op](call_id, body)
+        except (struct.error, UnicodeDecodeError, CorruptRecord) as exc:
+            raise ProtocolError(f"malformed {op.name}: {exc}") from exc
+        if op in _OPENING[self.role]:
+            if call_id != HANDSHAKE_CALL:
+                raise ProtocolError(f"{op.name} with call id {call_id}")
+            self._expected = _AFTERWARDS[self.role]
+        return event
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, event: Event) -> list[bytes]:
+        """The frames that carry `event`: one, or several fragments of a large body."""
+        if not isinstance(event, _SENDS[self.role]):
+            raise ChannelMisuse(f"a {self.role.value} does not send {type(event).__name__}")
+        op, call_id, body = _encode(event)
+        if isinstance(event, Hello):
+            if self._hello_sent:
+                raise ChannelMisuse("HELLO was sent already")
+            self._hello_sent = True
+            return [PREFACE + _FRAME.pack(len(body), op, call_id) + body]
+        if len(body) <= FRAGMENT_BYTES:
+            return [_FRAME.pack(len(body), op, call_id) + body]
+        last = len(body) - FRAGMENT_BYTES
+        view = memoryview(body)
+        return [
+            _FRAME.pack(len(chunk), op | (_MORE if start < last else 0), call_id) + chunk
+            for start in range(0, len(body), FRAGMENT_BYTES)
+            for chunk in (view[start : start + FRAGMENT_BYTES],)
+        ]
+
+
+# -- bodies ----------------------------------------------------------------------------
+
+
+def _encode(event: Event) -> tuple[Op, int, bytes]:
+    match event:
+        case GetRecord(call_id, key):
+            return Op.GET, call_id, key
+        case PutRecord(call_id, key, record):
+            return Op.PUT, call_id, _KEY_LENGTH.pack(len(key)) + key + encode(record)
+        case RecordFound(call_id, record):
+            return Op.RECORD, call_id, encode(record)
+        case RecordAbsent(call_id):
+            return Op.ABSENT, call_id, b""
+        case Stored(call_id, stored):
+            return Op.STORED, call_id, b"\x01" if stored else b"\x00"
+        case Failed(call_id, reason):
+            return Op.FAILED, call_id, reason.encode()
+        case Hello(version, sender, ring, secret):
+            texts = b"".join(_text(part) for part in (sender, ring, secret))
+            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts
+        case Welcome():
+            return Op.WELCOME, HANDSHAKE_CALL, b""
+        case Refused(reason):
+            return Op.REFUSED, HANDSHAKE_CALL, reason.encode()
+    raise ChannelMisuse(f"not an event: {event!r}")
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _TEXT_LENGTH.pack(len(data)) + data
+
+
+def _decode_hello(call_id: int, body: bytes) -> Hello:
+    (version,) = _VERSION.unpack_from(body)
+    if version != PROTOCOL_VERSION:
+        # Only the version is read: a later version may lay out the rest differently.
+        return Hello(version, "", "", "")
+    texts: list[str] = []
+    offset = _VERSION.size
+    for _ in range(3):
+        (length,) = _TEXT_LENGTH.unpack_from(body, offset)
+        offset += _TEXT_LENGTH.size
+        if offset + length > len(body):
+            raise ProtocolError("HELLO is truncated")
+        texts.append(body[offset : offset + length].decode())
+        offset += length
+    if offset != len(body):
+        raise ProtocolError("HELLO has trailing bytes")
+    return Hello(version, *texts)
+
+
+def _decode_put(call_id: int, body: bytes) -> PutRecord:
+    (key_length,) = _KEY_LENGTH.unpack_from(body)
+    start = _KEY_LENGTH.size
+    if start + key_length > len(body):
+        raise ProtocolError("PUT key is truncated")
+    return PutRecord(call_id, body[start : start + key_length], decode(body[start + key_length :]))
+
+
+def _decode_stored(call_id: int, body: bytes) -> Stored:
+    if body not in (b"\x00", b"\x01"):
+        raise ProtocolError("STORED carries one byte, 0 or 1")
+    return Stored(call_id, body == b"\x01")
+
+
+def _empty(event: Event, op: Op, body: bytes) -> Event:
+    if body:
+        raise ProtocolError(f"{op.name} has a body")
+    return event
+
+
+_DECODERS: dict[Op, Callable[[int, bytes], Event]] = {
+    Op.HELLO: _decode_hello,
+    Op.WELCOME: lambda call_id, body: _empty(Welcome(), Op.WELCOME, body),
+    Op.REFUSED: lambda call_id, body: Refused(body.decode()),
+    Op.GET: lambda call_id, body: GetRecord(call_id, body),
+    Op.PUT: _decode_put,
+    Op.RECORD: lambda call_id, body: RecordFound(call_id, decode(body)),
+    Op.ABSENT: lambda call_id, body: _empty(RecordAbsent(call_id), Op.ABSENT, body),
+    Op.STORED: _decode_stored,
+    Op.FAILED: lambda call_id, body: Failed(call_id, body.decode()),
+}

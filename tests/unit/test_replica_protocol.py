@@ -1,0 +1,201 @@
+"""The replica channel's codec (dht.replica_protocol): plain bytes in and out, no sockets."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dht.record import Record
+from dht.replica_protocol import (
+    FRAGMENT_BYTES,
+    PREFACE,
+    PROTOCOL_VERSION,
+    ChannelMisuse,
+    Event,
+    Failed,
+    GetRecord,
+    Hello,
+    ProtocolError,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Refused,
+    ReplicaCodec,
+    Role,
+    Stored,
+    Welcome,
+)
+
+LIMIT = 1 << 20
+HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", "s3cret")
+
+
+def pair() -> tuple[ReplicaCodec, ReplicaCodec]:
+    """A client and a server codec, past the handshake."""
+    client, server = ReplicaCodec(Role.CLIENT, LIMIT), ReplicaCodec(Role.SERVER, LIMIT)
+    assert deliver(client.send(HELLO), server) == [HELLO]
+    assert deliver(server.send(Welcome()), client) == [Welcome()]
+    return client, server
+
+
+def deliver(frames: list[bytes], to: ReplicaCodec, piece: int | None = None) -> list[Event]:
+    """Feeds the frames' bytes to `to` (all at once, or `piece` bytes at a time)."""
+    data = b"".join(frames)
+    events: list[Event] = []
+    step = piece or len(data) or 1
+    for start in range(0, len(data), step):
+        to.receive_data(data[start : start + step])
+        while (event := to.next_event()) is not None:
+            events.append(event)
+    return events
+
+
+records = st.builds(
+    Record,
+    version=st.integers(min_value=0, max_value=(1 << 64) - 1),
+    tombstone=st.just(False),
+    value=st.binary(max_size=300),
+) | st.builds(Record.deleted, st.integers(min_value=0, max_value=(1 << 64) - 1))
+call_ids = st.integers(min_value=1, max_value=(1 << 32) - 1)
+keys = st.binary(min_size=1, max_size=100)
+requests = st.one_of(
+    st.builds(GetRecord, call_ids, keys), st.builds(PutRecord, call_ids, keys, records)
+)
+answers = st.one_of(
+    st.builds(RecordFound, call_ids, records),
+    st.builds(RecordAbsent, call_ids),
+    st.builds(Stored, call_ids, st.booleans()),
+    st.builds(Failed, call_ids, st.text(max_size=100)),
+)
+
+
+@given(st.lists(requests, max_size=20), st.integers(min_value=1, max_value=64))
+def test_requests_round_trip_in_order_however_the_bytes_are_cut(
+    sent: list[GetRecord | PutRecord], piece: int
+) -> None:
+    client, server = pair()
+    frames = [frame for request in sent for frame in client.send(request)]
+    assert deliver(frames, server, piece) == sent
+
+
+@given(st.lists(answers, max_size=20), st.integers(min_value=1, max_value=64))
+def test_answers_round_trip_in_order_however_the_bytes_are_cut(
+    sent: list[RecordFound | RecordAbsent | Stored | Failed], piece: int
+) -> None:
+    client, server = pair()
+    frames = [frame for answer in sent for frame in server.send(answer)]
+    assert deliver(frames, client, piece) == sent
+
+
+def test_a_large_value_travels_in_fragments_and_small_calls_can_pass_between_them() -> None:
+    client, server = pair()
+    big = PutRecord(1, b"big", Record.live(7, bytes(range(256)) * 1024))  # 256 KiB
+    fragments = client.send(big)
+    assert len(fragments) == 5
+    assert all(len(frame) <= FRAGMENT_BYTES + 9 for frame in fragments)
+    small = client.send(GetRecord(2, b"small"))
+    interleaved = [fragments[0], *small, *fragments[1:]]
+    assert deliver(interleaved, server) == [GetRecord(2, b"small"), big]
+
+
+def test_a_message_over_the_limit_is_refused_before_it_is_buffered() -> None:
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, 1000)
+    deliver(client.send(HELLO), server)
+    with pytest.raises(ProtocolError, match="over the message limit"):
+        deliver(client.send(PutRecord(1, b"k", Record.live(1, b"x" * 2000))), server)
+    fragmented = ReplicaCodec(Role.SERVER, 100_000)
+    deliver(ReplicaCodec(Role.CLIENT, LIMIT).send(HELLO), fragmented)
+    with pytest.raises(ProtocolError, match="over the 100000-byte limit"):
+        deliver(client.send(PutRecord(2, b"k", Record.live(1, b"x" * 200_000))), fragmented)
+
+
+def test_a_server_expects_the_preface_then_hello_first() -> None:
+    server = ReplicaCodec(Role.SERVER, LIMIT)
+    with pytest.raises(ProtocolError, match="preface"):
+        deliver([b"GET / HTTP/1.1\r\n\r\n"], server)
+    server = ReplicaCodec(Role.SERVER, LIMIT)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    with pytest.raises(ProtocolError, match="GET is not expected"):
+        deliver([PREFACE, *client.send(GetRecord(1, b"k"))], server)
+
+
+def test_a_client_expects_welcome_or_refused_first() -> None:
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, LIMIT)
+    with pytest.raises(ProtocolError, match="STORED is not expected"):
+        deliver(server.send(Stored(1, True)), client)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    assert deliver(server.send(Refused("wrong secret")), client) == [Refused("wrong secret")]
+
+
+def test_a_hello_of_another_version_is_read_only_as_far_as_its_version() -> None:
+    server = ReplicaCodec(Role.SERVER, LIMIT)
+    body = struct.pack(">H", 2) + b"\xff anything a later version may say"
+    frame = struct.pack(">IBI", len(body), 1, 0) + body
+    assert deliver([PREFACE, frame], server) == [Hello(2, "", "", "")]
+
+
+@pytest.mark.parametrize(
+    ("name", "frame"),
+    [
+        ("unknown op", struct.pack(">IBI", 0, 42, 1)),
+        (
+            "truncated record",
+            struct.pack(">IBI", 7, 5, 1) + struct.pack(">I", 1) + b"k" + b"\x01\x00",
+        ),
+        ("key past the body", struct.pack(">IBI", 5, 5, 1) + struct.pack(">I", 99) + b"k"),
+        (
+            "fragment of another op",
+            struct.pack(">IBI", 1, 0x84, 3) + b"k" + struct.pack(">IBI", 1, 5, 3) + b"k",
+        ),
+    ],
+)
+def test_malformed_frames_raise_protocol_error(name: str, frame: bytes) -> None:
+    _, server = pair()
+    with pytest.raises(ProtocolError):
+        deliver([frame], server)
+
+
+def test_sending_what_the_role_may_not_send_is_misuse() -> None:
+    client, server = pair()
+    with pytest.raises(ChannelMisuse):
+        client.send(Stored(1, True))
+    with pytest.raises(ChannelMisuse):
+        server.send(GetRecord(1, b"k"))
+    with pytest.raises(ChannelMisuse):
+        client.send(HELLO)  # the handshake happened already
+
+
+@settings(max_examples=1000)
+@given(st.binary(max_size=200), st.sampled_from([Role.CLIENT, Role.SERVER]))
+def test_arbitrary_bytes_give_events_or_protocol_error_and_nothing_else(
+    data: bytes, role: Role
+) -> None:
+    codec = ReplicaCodec(role, LIMIT)
+    if role is Role.SERVER:
+        data = PREFACE + data
+    codec.receive_data(data)
+    try:
+        while codec.next_event() is not None:
+            pass
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=500)
+@given(st.lists(requests, min_size=1, max_size=5), st.data())
+def test_corrupting_any_byte_of_a_valid_stream_never_raises_anything_but_protocol_error(
+    sent: list[GetRecord | PutRecord], data: st.DataObject
+) -> None:
+    client, server = pair()
+    stream = bytearray(b"".join(frame for request in sent for frame in client.send(request)))
+    position = data.draw(st.integers(min_value=0, max_value=len(stream) - 1))
+    stream[position] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        deliver([bytes(stream)], server)
+    except ProtocolError:
+        pass
