@@ -51,7 +51,7 @@ async def calls_at_once(peer: Peer, clock: HybridClock) -> list[tuple[BaseExcept
     async def one(index: int) -> tuple[BaseException | None, float]:
         started = time.monotonic()
         try:
-            await peer.put_record(f"k{index}".encode(), Record.live(clock.now(), b"v" * 100))
+            await peer.put(f"k{index}".encode(), Record.live(clock.now(), b"v" * 100))
         except PeerError as error:
             return error, time.monotonic() - started
         return None, time.monotonic() - started
@@ -90,7 +90,7 @@ async def test_a_fault_fails_every_call_in_flight_within_the_deadline_and_the_li
     peer = peer_of_node2(cluster.urls, link.listen, tmp_path)
     clock = HybridClock()
     try:
-        warm = await peer.put_record(b"warm", Record.live(clock.now(), b"v"))  # channel open
+        warm = await peer.put(b"warm", Record.live(clock.now(), b"v"))  # channel open
         assert warm is True
         testbed.add_toxic([link], fault.kind, "downstream", **fault.attributes)
         outcomes = await calls_at_once(peer, clock)
@@ -105,7 +105,7 @@ async def test_a_fault_fails_every_call_in_flight_within_the_deadline_and_the_li
         testbed.heal()
         recovered = await asyncio.gather(
             *(
-                peer.put_record(f"after{i}".encode(), Record.live(clock.now(), b"v"))
+                peer.put(f"after{i}".encode(), Record.live(clock.now(), b"v"))
                 for i in range(IN_FLIGHT)
             )
         )

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import heapq
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from dht.clock import HybridClock, VersionAhead
 from dht.config import NodeConfig
@@ -69,6 +70,11 @@ class Counters:
 
 
 class Coordinator:
+    """Fans each client operation out to its replicas. Replica calls are futures resolved
+    by callbacks (`dht.peers`); a `_Tally` counts their answers, so a request costs no
+    task per replica, and what happens after the client's answer (the rest of a write,
+    hints for missed replicas, read repair of late answers) is callbacks too."""
+
     def __init__(
         self,
         config: NodeConfig,
@@ -84,15 +90,8 @@ class Coordinator:
         self._ring = ring
         self._peers = peers
         self._clock = clock
-        self._background: set[asyncio.Task[Any]] = set()
         self.counters = Counters()
         self._refusals = RateLimitedLog(log)
-
-    async def close(self) -> None:
-        """Cancels and awaits every background task this coordinator started."""
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
 
     # -- client operations -------------------------------------------------------------
 
@@ -100,14 +99,18 @@ class Coordinator:
         targets = self._ring.replicas_for(key, replicas.from_)
         if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
             return refusal
-        answers, pending = await self._quorum(targets, replicas.ack, self._read_one(key))
-        if len(answers) < replicas.ack:
-            self._drain_later(pending)
+        tally: _Tally[Record | None] = _Tally(replicas.ack, len(targets), self.counters)
+        for url in targets:
+            if url != self._self_url:
+                tally.watch(url, self._peers[url].get(key), self._accept_remote)
+        if self._self_url in targets:
+            self._locally(tally, lambda: self._storage.get(key))
+        await tally.decision()
+        if len(tally.answers) < replicas.ack:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
-        winner = newest(list(answers.values()))
-        stale = winner is not None and any(winner.supersedes(r) for r in answers.values())
-        if stale or pending:
-            self._own(self._repair(key, answers, pending))
+        repair = _ReadRepair(self, key, tally.answers)
+        winner = repair.winner  # of the answers the decision was made on
+        tally.on_late(repair.late)
         if winner is None or winner.tombstone:
             return Outcome(Status.NOT_FOUND)
         return Outcome(Status.FOUND, winner.value)
@@ -158,51 +161,25 @@ class Coordinator:
         waits = [self._peers[url].breaker.retry_after() for url in targets if url not in reachable]
         return Outcome(Status.UNAVAILABLE, retry_after=min(waits, default=1.0))
 
-    async def _quorum(
-        self,
-        targets: list[str],
-        ack: int,
-        call: Callable[[str], Coroutine[Any, Any, T]],
-    ) -> tuple[dict[str, T], dict[asyncio.Task[T], str]]:
-        """Calls every target at once and returns as soon as `ack` calls succeeded or as
-        soon as that became impossible: (answers by target, calls still running)."""
-        remote = [url for url in targets if url != self._self_url]
-        pending = {asyncio.ensure_future(call(url)): url for url in remote}
-        answers: dict[str, T] = {}
-        failures = 0
-        if self._self_url in targets:
+    def _locally(self, tally: _Tally[T], operation: Callable[[], T]) -> None:
+        """This node's own replica: a LevelDB point operation, on the loop."""
+        try:
+            value = operation()
+        except Exception:
+            log.exception("local replica operation failed")
+            tally.failed()
+            return
+        tally.succeeded(self._self_url, value)
+
+    def _accept_remote(self, url: str, record: Record | None) -> None:
+        """A replica's answer moves the clock, unless its version is too far ahead: then
+        the answer counts as that replica's failure."""
+        if record is not None:
             try:
-                answers[self._self_url] = await call(self._self_url)
-            except Exception:
-                log.exception("local replica operation failed")
-                failures += 1
-        tolerable = len(targets) - ack
-        while len(answers) < ack and failures <= tolerable and pending:
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                url = pending.pop(task)
-                error = task.exception()
-                if error is None:
-                    answers[url] = task.result()
-                else:
-                    failures += 1
-                    _log_replica_failure(url, error)
-        return answers, pending
-
-    def _read_one(self, key: bytes) -> Callable[[str], Coroutine[Any, Any, Record | None]]:
-        async def read(url: str) -> Record | None:
-            if url == self._self_url:
-                return self._storage.get(key)
-            record = await self._peers[url].get_record(key)
-            if record is not None:
-                try:
-                    self._clock.observe(record.version)
-                except VersionAhead as exc:
-                    self._refusals.warning("version-ahead", "ignored %s's answer: %s", url, exc)
-                    raise PeerError(f"{url}: {exc}") from None
-            return record
-
-        return read
+                self._clock.observe(record.version)
+            except VersionAhead as exc:
+                self._refusals.warning("version-ahead", "ignored %s's answer: %s", url, exc)
+                raise PeerError(f"{url}: {exc}") from None
 
     async def _write(
         self, key: bytes, record: Record, replicas: ReplicaCount, success: Status
@@ -210,94 +187,44 @@ class Coordinator:
         targets = self._ring.replicas_for(key, replicas.from_)
         if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
             return refusal
-
-        async def write(url: str) -> None:
-            try:
-                await self._write_to(url, key, record)
-            except PeerError:
-                self._hints.add(url, key, record)  # hinted handoff delivers it later
-                raise
-
-        answers, pending = await self._quorum(targets, replicas.ack, write)
-        self._drain_later(pending)
-        if len(answers) < replicas.ack:
+        tally: _Tally[bool] = _Tally(replicas.ack, len(targets), self.counters)
+        for url in targets:
+            if url != self._self_url:
+                future = self._peers[url].put(key, record)
+                future.add_done_callback(functools.partial(self._hint_if_missed, url, key, record))
+                tally.watch(url, future)
+        if self._self_url in targets:
+            self._locally(tally, lambda: self._storage.put_if_newer(key, record))
+        await tally.decision()
+        if len(tally.answers) < replicas.ack:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
         return Outcome(success)
 
-    async def _write_to(self, url: str, key: bytes, record: Record) -> None:
+    def _hint_if_missed(
+        self, url: str, key: bytes, record: Record, future: asyncio.Future[bool]
+    ) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._hints.add(url, key, record)  # hinted handoff delivers it later
+
+    def repair(self, url: str, key: bytes, record: Record) -> None:
+        """Sends `record` to a replica that answered with an older one (put-if-newer, so
+        it never undoes a newer write)."""
         if url == self._self_url:
             self._storage.put_if_newer(key, record)
-        else:
-            await self._peers[url].put_record(key, record)
-
-    # -- background work ---------------------------------------------------------------
-
-    def _own(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("background replica work failed", exc_info=error)
-
-    def _drain_later(self, pending: dict[asyncio.Task[T], str]) -> None:
-        if pending:
-            self._own(self._drain(pending))
-
-    async def _drain(self, pending: dict[asyncio.Task[T], str]) -> None:
-        """Lets calls the client no longer waits for finish (each has its deadline)."""
-        for task, url in pending.items():
-            try:
-                await task
-            except PeerError as error:
-                self.counters.background_failures += 1
-                _log_replica_failure(url, error)
-
-    async def _repair(
-        self,
-        key: bytes,
-        answers: dict[str, Record | None],
-        pending: dict[asyncio.Task[Record | None], str],
-    ) -> None:
-        """Read repair: brings every replica that answered with an older record (or none)
-        up to the newest one, first those already heard, then the late ones."""
-        winner = newest(list(answers.values()))
-        if winner is not None:
-            await self._repair_stale(key, winner, answers.items())
-        late: dict[str, Record | None] = {}
-        for task, url in pending.items():
-            try:
-                late[url] = await task
-            except PeerError as error:
-                _log_replica_failure(url, error)
-        if not late:
+            self.counters.read_repairs += 1
             return
-        final = newest([winner, *late.values()])
-        if final is None:
-            return
-        # A late answer newer than the winner makes every replica heard before stale too.
-        heard = late.items() if final is winner else [*answers.items(), *late.items()]
-        await self._repair_stale(key, final, heard)
-
-    async def _repair_stale(
-        self, key: bytes, winner: Record, heard: Iterable[tuple[str, Record | None]]
-    ) -> None:
-        stale = [url for url, record in heard if winner.supersedes(record)]
-        if not stale:
-            return
-        results = await asyncio.gather(
-            *(self._write_to(url, key, winner) for url in stale), return_exceptions=True
+        self._peers[url].put(key, record).add_done_callback(
+            functools.partial(self._repaired, url, key)
         )
-        for url, result in zip(stale, results, strict=True):
-            if isinstance(result, PeerError):
-                _log_replica_failure(url, result)
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                self.counters.read_repairs += 1
-                log.debug("read repair of %r on %s", key, url)
+
+    def _repaired(self, url: str, key: bytes, future: asyncio.Future[bool]) -> None:
+        if future.cancelled():
+            return
+        if (error := future.exception()) is not None:
+            _log_replica_failure(url, error)
+            return
+        self.counters.read_repairs += 1
+        log.debug("read repair of %r on %s", key, url)
 
     async def _local_scan(
         self, start: bytes, end: bytes | None
@@ -357,3 +284,133 @@ def _log_replica_failure(url: str, error: BaseException) -> None:
         log.debug("replica %s failed: %s", url, error)
     else:
         log.error("replica call to %s raised", url, exc_info=error)
+
+
+class _Tally(Generic[T]):
+    """The answers of one fan-out as they arrive. `decision()` returns once `ack` of the
+    targets succeeded, or once that became impossible; calls still running then stay in
+    `pending`, and their later successes go to the `on_late` callback (read repair)."""
+
+    __slots__ = (
+        "_ack",
+        "_counters",
+        "_decided",
+        "_late",
+        "_tolerable",
+        "_unclaimed",
+        "answers",
+        "failures",
+        "pending",
+    )
+
+    def __init__(self, ack: int, targets: int, counters: Counters) -> None:
+        self.answers: dict[str, T] = {}
+        self.failures = 0
+        self.pending: dict[asyncio.Future[T], str] = {}
+        self._late: Callable[[str, T], None] | None = None
+        self._unclaimed: list[tuple[str, T]] = []  # late before anyone asked for them
+        self._ack = ack
+        self._tolerable = targets - ack
+        self._counters = counters
+        self._decided: asyncio.Future[None] | None = None
+
+    @property
+    def is_decided(self) -> bool:
+        return len(self.answers) >= self._ack or self.failures > self._tolerable
+
+    async def decision(self) -> None:
+        if not self.is_decided:
+            self._decided = asyncio.get_running_loop().create_future()
+            await self._decided
+
+    def watch(
+        self,
+        url: str,
+        future: asyncio.Future[T],
+        accept: Callable[[str, T], None] | None = None,
+    ) -> None:
+        """Counts `future`'s outcome; `accept` may turn an answer into a PeerError."""
+        self.pending[future] = url
+        future.add_done_callback(functools.partial(self._done, url, accept))
+
+    def on_late(self, callback: Callable[[str, T], None]) -> None:
+        """`callback` gets every success that comes after the decision, including those
+        that came between the decision and this call."""
+        self._late = callback
+        unclaimed, self._unclaimed = self._unclaimed, []
+        for url, value in unclaimed:
+            callback(url, value)
+
+    def succeeded(self, url: str, value: T) -> None:
+        if self.is_decided:
+            if self._late is not None:
+                self._late(url, value)
+            else:
+                self._unclaimed.append((url, value))
+            return
+        self.answers[url] = value
+        self._check()
+
+    def failed(self) -> None:
+        if self.is_decided:
+            self._counters.background_failures += 1
+        self.failures += 1
+        self._check()
+
+    def _done(
+        self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
+    ) -> None:
+        del self.pending[future]
+        if future.cancelled():
+            self.failed()
+            return
+        error = future.exception()
+        if error is None:
+            value = future.result()
+            try:
+                if accept is not None:
+                    accept(url, value)
+            except PeerError as refused:
+                error = refused
+            else:
+                self.succeeded(url, value)
+                return
+        _log_replica_failure(url, error)
+        self.failed()
+
+    def _check(self) -> None:
+        if self._decided is not None and not self._decided.done() and self.is_decided:
+            self._decided.set_result(None)
+
+
+class _ReadRepair:
+    """Brings every replica of one key that answered a GET with an older record (or
+    none) up to the newest: those heard before the client's answer at once, the late
+    ones as they answer. A late answer newer than the winner makes it the winner, and
+    every replica heard before it stale."""
+
+    def __init__(
+        self, coordinator: Coordinator, key: bytes, heard: dict[str, Record | None]
+    ) -> None:
+        self._coordinator = coordinator
+        self._key = key
+        self._heard = dict(heard)
+        self.winner = newest(list(heard.values()))
+        self._repair_stale(list(self._heard))
+
+    def late(self, url: str, record: Record | None) -> None:
+        self._heard[url] = record
+        if record is not None and record.supersedes(self.winner):
+            self.winner = record
+            self._repair_stale(list(self._heard))
+        else:
+            self._repair_stale([url])
+
+    def _repair_stale(self, urls: list[str]) -> None:
+        winner = self.winner
+        if winner is None:
+            return
+        for url in urls:
+            if winner.supersedes(self._heard[url]):
+                self._coordinator.repair(url, self._key, winner)
+                self._heard[url] = winner

@@ -169,7 +169,7 @@ class HintDelivery:
                 self._store.drop(hint, "older than the hint age limit")
                 continue
             try:
-                await peer.put_record(hint.key, hint.record)
+                await peer.put(hint.key, hint.record)
             except PeerError as error:
                 log.debug("hint delivery to %s stopped: %s", target, error)
                 break

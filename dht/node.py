@@ -122,7 +122,6 @@ class Node:
         finally:
             await runner.cleanup()
             await self.hint_delivery.close()
-            await self.coordinator.close()
             await self.peers.close()
             self.storage.close()
             log.info("stopped")

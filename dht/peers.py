@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 from yarl import URL
@@ -18,7 +18,19 @@ from dht.config import NodeConfig
 from dht.keys import query_value
 from dht.record import CorruptRecord, Record, decode
 from dht.replica_channel import PeerError, ReplicaChannel
-from dht.replica_protocol import MESSAGE_OVERHEAD, PROTOCOL_VERSION, Hello
+from dht.replica_protocol import (
+    MESSAGE_OVERHEAD,
+    PROTOCOL_VERSION,
+    Answer,
+    Failed,
+    GetRecord,
+    Hello,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Request,
+    Stored,
+)
 from dht.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
 
 log = logging.getLogger(__name__)
@@ -35,7 +47,7 @@ class PeerUnavailable(PeerError):
 class Peer:
     def __init__(self, url: str, config: NodeConfig, ring_identity: str) -> None:
         self.url = url
-        self._timeout = config.timeout
+        self.timeout = config.timeout
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
         hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
         self.channel = ReplicaChannel(
@@ -61,12 +73,28 @@ class Peer:
     def available(self) -> bool:
         return self.breaker.available()
 
-    async def get_record(self, key: bytes) -> Record | None:
-        return await self._guarded(lambda: self.channel.get(key))
+    def get(self, key: bytes) -> asyncio.Future[Record | None]:
+        """The peer's record for `key` (None: it holds none)."""
+        return self._call(lambda call_id: GetRecord(call_id, key), _record_of)
 
-    async def put_record(self, key: bytes, record: Record) -> bool:
+    def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
         """Whether the peer stored it (False: it held a newer record already)."""
-        return await self._guarded(lambda: self.channel.put(key, record))
+        return self._call(lambda call_id: PutRecord(call_id, key, record), _stored_of)
+
+    def _call(
+        self, request_for: Callable[[int], Request], result_of: Callable[[Answer], T]
+    ) -> asyncio.Future[T]:
+        """One call on the channel, under the breaker and the deadline. A plain future,
+        resolved from the channel's callback or the deadline's timer: no task, no
+        coroutine per call. It fails with PeerError; cancelling it abandons the call."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[T] = loop.create_future()
+        is_probe = self.breaker.state is not State.CLOSED
+        if not self.breaker.allow():
+            result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
+            return result
+        _PendingCall(self, result, result_of, is_probe, loop, request_for)
+        return result
 
     async def open_scan(self, start: bytes, end: bytes | None) -> RecordStream:
         """Opens the peer's local range (headers within the deadline) and returns it as a
@@ -83,36 +111,36 @@ class Peer:
                 raise PeerError(f"{self.url}: range answered {response.status}")
             return response
 
-        return RecordStream(self.url, await self._guarded(request), self._timeout)
+        return RecordStream(self.url, await self._guarded(request), self.timeout)
 
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Runs one call under the breaker and the deadline, and records its outcome: a
-        time-out, a refused or reset connection, a refusal or a bad answer is a failure;
-        a cancellation (the coordinator no longer needs the answer) is neither."""
+        """Runs one HTTP request (the range) under the breaker and the deadline, and
+        records its outcome as `_PendingCall` does for channel calls."""
         is_probe = self.breaker.state is not State.CLOSED
         if not self.breaker.allow():
             raise PeerUnavailable(f"{self.url}: circuit open")
-        started = time.monotonic()
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self.timeout):
                 result = await call()
         except asyncio.CancelledError:
             if is_probe:
                 self.breaker.release_probe()
             raise
         except TimeoutError as exc:
-            self.channel.deadline_missed(started)
             self._failed()
-            raise PeerError(f"{self.url}: no answer within {self._timeout}s") from exc
+            raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
             self._failed()
             raise PeerError(f"{self.url}: {exc!r}") from exc
         except PeerError:
             self._failed()
             raise
+        self._succeeded()
+        return result
+
+    def _succeeded(self) -> None:
         self.breaker.record_success()
         self._log_transition()
-        return result
 
     def _failed(self) -> None:
         self.breaker.record_failure()
@@ -135,6 +163,86 @@ class Peer:
                 log.info("circuit to %s closed", self.url)
 
 
+class _PendingCall(Generic[T]):
+    """One channel call in flight: settles its future once, from the first of the answer,
+    the channel's failure, the deadline or the caller's cancellation, and records the
+    outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
+    bad answer is a failure; a cancellation (no one needs the answer) is neither."""
+
+    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "_sent", "_timer")
+
+    def __init__(
+        self,
+        peer: Peer,
+        result: asyncio.Future[T],
+        result_of: Callable[[Answer], T],
+        is_probe: bool,
+        loop: asyncio.AbstractEventLoop,
+        request_for: Callable[[int], Request],
+    ) -> None:
+        self._peer = peer
+        self._result = result
+        self._result_of = result_of
+        self._is_probe = is_probe
+        self._sent = loop.time()
+        self._timer = loop.call_later(peer.timeout, self._expire)
+        result.add_done_callback(self._settled)
+        self._call_id = peer.channel.call(request_for, self._answered)
+
+    def _answered(self, answer: Answer | PeerError) -> None:
+        if self._result.done():
+            return  # past its deadline, or cancelled: the answer is not wanted
+        if isinstance(answer, PeerError):
+            self._fail(answer)
+            return
+        try:
+            value = self._result_of(answer)
+        except PeerError as error:
+            self._fail(error)
+            return
+        self._peer._succeeded()
+        self._result.set_result(value)
+
+    def _expire(self) -> None:
+        if self._result.done():
+            return
+        self._peer.channel.forget(self._call_id)
+        self._peer.channel.deadline_missed(self._sent)
+        self._fail(PeerError(f"{self._peer.url}: no answer within {self._peer.timeout}s"))
+
+    def _fail(self, error: PeerError) -> None:
+        if not self._result.done():
+            self._peer._failed()
+            self._result.set_exception(error)
+
+    def _settled(self, result: asyncio.Future[T]) -> None:
+        self._timer.cancel()
+        if result.cancelled():
+            self._peer.channel.forget(self._call_id)
+            if self._is_probe:
+                self._peer.breaker.release_probe()
+
+
+def _record_of(answer: Answer) -> Record | None:
+    if isinstance(answer, RecordFound):
+        return answer.record
+    if isinstance(answer, RecordAbsent):
+        return None
+    raise _unexpected(answer)
+
+
+def _stored_of(answer: Answer) -> bool:
+    if isinstance(answer, Stored):
+        return answer.stored
+    raise _unexpected(answer)
+
+
+def _unexpected(answer: Answer) -> PeerError:
+    if isinstance(answer, Failed):
+        return PeerError(f"declined: {answer.reason}")
+    return PeerError(f"answered {type(answer).__name__}")
+
+
 class RecordStream:
     """A peer's local range being read: async-iterates (key, record) frames; `aclose`
     releases the connection, even when iteration never started."""
@@ -142,7 +250,7 @@ class RecordStream:
     def __init__(self, url: str, response: aiohttp.ClientResponse, timeout: float) -> None:
         self._url = url
         self._response = response
-        self._timeout = timeout
+        self.timeout = timeout
 
     def __aiter__(self) -> RecordStream:
         return self
@@ -150,7 +258,7 @@ class RecordStream:
     async def __anext__(self) -> tuple[bytes, Record]:
         content = self._response.content
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self.timeout):
                 try:
                     header = await content.readexactly(FRAME_LENGTH.size)
                 except asyncio.IncompleteReadError as exc:

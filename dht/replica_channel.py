@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -75,7 +74,7 @@ class _Connection(asyncio.Protocol):
         self.codec = codec
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.last_received = time.monotonic()
+        self.last_received = 0.0
         self._urgent: list[bytes] = []
         self._bulk: deque[deque[bytes]] = deque()
         self._flush_scheduled = False
@@ -127,11 +126,16 @@ class _Connection(asyncio.Protocol):
         self.flush()
 
     def abort(self) -> None:
+        self.closed = True  # no new calls on it, even before connection_lost
         if self.transport is not None:
             self.transport.abort()
 
 
 # -- the client end --------------------------------------------------------------------
+
+
+# Called once with a call's answer, or with the PeerError that ended it unanswered.
+OnAnswer = Callable[["Answer | PeerError"], None]
 
 
 class ClientConnection(_Connection):
@@ -145,23 +149,23 @@ class ClientConnection(_Connection):
         super().__init__(ReplicaCodec(Role.CLIENT, max_message_bytes))
         self.peer = peer
         self._on_handshake = on_handshake
-        self._calls: dict[int, asyncio.Future[Answer]] = {}
+        self._calls: dict[int, OnAnswer] = {}
         self._next_call = 0
 
-    def call(self, request_for: Callable[[int], Request]) -> tuple[int, asyncio.Future[Answer]]:
-        """Sends one request; its answer resolves the returned future."""
+    def call(self, request_for: Callable[[int], Request], on_answer: OnAnswer) -> int:
+        """Sends one request; `on_answer` gets its answer. Returns the call id."""
         self._next_call = self._next_call % _LAST_CALL_ID + 1
         call_id = self._next_call
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._calls[call_id] = future
+        self._calls[call_id] = on_answer
         self.send(request_for(call_id))
-        return call_id, future
+        return call_id
 
     def forget(self, call_id: int) -> None:
+        """The caller no longer wants this call's answer (its deadline passed)."""
         self._calls.pop(call_id, None)
 
     def data_received(self, data: bytes) -> None:
-        self.last_received = time.monotonic()
+        self.last_received = asyncio.get_running_loop().time()
         self.codec.receive_data(data)
         try:
             while (event := self.codec.next_event()) is not None:
@@ -170,31 +174,31 @@ class ClientConnection(_Connection):
                 elif isinstance(event, Refused):
                     reason = f"{self.peer} refused the replica channel: {event.reason}"
                     self._on_handshake(reason)
-                    self._fail(PeerError(reason))
+                    self.fail(PeerError(reason))
                     self.abort()
                 elif isinstance(event, RecordFound | RecordAbsent | Stored | Failed):
-                    future = self._calls.pop(event.call_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(event)
+                    on_answer = self._calls.pop(event.call_id, None)
+                    if on_answer is not None:
+                        on_answer(event)
         except ProtocolError as exc:
             log.warning("replica channel to %s sent garbage (%s): closing it", self.peer, exc)
-            self._fail(PeerError(f"{self.peer}: protocol error: {exc}"))
+            self.fail(PeerError(f"{self.peer}: protocol error: {exc}"))
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._fail(PeerError(f"{self.peer}: replica channel closed ({exc!r})"))
+        self.fail(PeerError(f"{self.peer}: replica channel closed ({exc!r})"))
 
-    def _fail(self, error: PeerError) -> None:
+    def fail(self, error: PeerError) -> None:
+        """Ends every pending call with `error`, at once."""
         calls, self._calls = self._calls, {}
-        for future in calls.values():
-            if not future.done():
-                future.set_exception(error)
+        for on_answer in calls.values():
+            on_answer(error)
 
 
 class ReplicaChannel:
     """The channel to one peer, dialled on demand. Calls carry no deadline of their own:
-    the caller (`dht.peers.Peer`) puts one around each, and reports a missed one with
+    the caller (`dht.peers.Peer`) keeps one for each, and reports a missed one with
     `deadline_missed` so a silent connection is torn down."""
 
     def __init__(
@@ -208,68 +212,50 @@ class ReplicaChannel:
         self._max_message = max_message_bytes
         self._timeout = timeout
         self._connection: ClientConnection | None = None
-        self._connecting: asyncio.Task[ClientConnection] | None = None
+        self._dialling: asyncio.Task[None] | None = None
+        self._waiting: list[tuple[Callable[[int], Request], OnAnswer]] = []
         self.refusal: str | None = None
 
-    async def get(self, key: bytes) -> Record | None:
-        answer = await self._call(lambda call_id: GetRecord(call_id, key))
-        if isinstance(answer, RecordFound):
-            return answer.record
-        if isinstance(answer, RecordAbsent):
-            return None
-        raise self._unexpected(answer)
+    def call(self, request_for: Callable[[int], Request], on_answer: OnAnswer) -> int | None:
+        """Sends a request (once connected: the first call dials); `on_answer` gets the
+        answer or the PeerError that ended the call. Returns the call id once sent."""
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            return connection.call(request_for, on_answer)
+        self._waiting.append((request_for, on_answer))
+        if self._dialling is None:
+            self._dialling = asyncio.ensure_future(self._dial())
+        return None
 
-    async def put(self, key: bytes, record: Record) -> bool:
-        """Whether the peer stored it (False: it already held a newer record)."""
-        answer = await self._call(lambda call_id: PutRecord(call_id, key, record))
-        if isinstance(answer, Stored):
-            return answer.stored
-        raise self._unexpected(answer)
+    def forget(self, call_id: int | None) -> None:
+        if call_id is not None and self._connection is not None:
+            self._connection.forget(call_id)
 
     def deadline_missed(self, since: float) -> None:
-        """A call sent at `since` got no answer in time: if nothing at all arrived on its
-        connection since then, the connection is stalled, and every call on it fails now."""
+        """A call sent at `since` (loop time) got no answer in time: if nothing at all
+        arrived on its connection since then, the connection is stalled, and every call
+        on it fails now."""
         connection = self._connection
-        if connection is not None and connection.last_received < since:
+        if connection is not None and not connection.closed and connection.last_received < since:
             log.info("replica channel to %s is silent: closing it", self.peer)
             connection.abort()
+            connection.fail(PeerError(f"{self.peer}: replica channel silent, closed"))
 
     async def close(self) -> None:
-        if self._connecting is not None:
-            self._connecting.cancel()
-            await asyncio.gather(self._connecting, return_exceptions=True)
-        if self._connection is not None and self._connection.transport is not None:
-            self._connection.transport.close()
-
-    def _unexpected(self, answer: Answer) -> PeerError:
-        if isinstance(answer, Failed):
-            return PeerError(f"{self.peer} declined: {answer.reason}")
-        return PeerError(f"{self.peer} answered {type(answer).__name__}")
-
-    async def _call(self, request_for: Callable[[int], Request]) -> Answer:
+        """Closes the channel; every pending call fails now, not in a later iteration."""
+        if self._dialling is not None:
+            self._dialling.cancel()
+            await asyncio.gather(self._dialling, return_exceptions=True)
+        waiting, self._waiting = self._waiting, []
+        for _, on_answer in waiting:
+            on_answer(PeerError(f"{self.peer}: node stopping"))
         connection = self._connection
-        if connection is None or connection.closed:
-            connection = await self._connect()
-        call_id, answer = connection.call(request_for)
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            connection.forget(call_id)
-            raise
+        if connection is not None:
+            connection.abort()
+            connection.fail(PeerError(f"{self.peer}: node stopping"))
 
-    async def _connect(self) -> ClientConnection:
-        """One dial at a time, shared by every call that needs it."""
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._dial())
-            self._connecting.add_done_callback(self._dialled)
-        return await asyncio.shield(self._connecting)
-
-    def _dialled(self, task: asyncio.Task[ClientConnection]) -> None:
-        self._connecting = None
-        if not task.cancelled() and task.exception() is None:
-            self._connection = task.result()
-
-    async def _dial(self) -> ClientConnection:
+    async def _dial(self) -> None:
+        """Connects, then sends HELLO and every call that waited for the connection."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout):
@@ -279,9 +265,18 @@ class ReplicaChannel:
                     self._port,
                 )
         except (OSError, TimeoutError) as exc:
-            raise PeerError(f"{self.peer}: cannot open the replica channel: {exc!r}") from exc
+            error = PeerError(f"{self.peer}: cannot open the replica channel: {exc!r}")
+            waiting, self._waiting = self._waiting, []
+            for _, on_answer in waiting:
+                on_answer(error)
+            return
+        finally:
+            self._dialling = None
+        self._connection = connection
         connection.send(self._hello)
-        return connection
+        waiting, self._waiting = self._waiting, []
+        for request_for, on_answer in waiting:
+            connection.call(request_for, on_answer)
 
     def _handshake(self, refusal: str | None) -> None:
         """The peer's answer to HELLO: None for WELCOME, else why it refused."""
