@@ -129,6 +129,13 @@ class ClientApi:
         except ConnectionError:
             log.info("range: the client went away mid-stream")
             return response
+        except Exception:
+            # Too late for a 500: cut the stream, so the client cannot take what it got
+            # for the whole range.
+            log.exception("range failed mid-stream")
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         await response.write_eof()
         return response
 

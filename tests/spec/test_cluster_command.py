@@ -1,0 +1,76 @@
+"""`python -m dht cluster` (SPEC.md section 1): one command starts a local cluster that
+serves, and is closed to forged replica writes out of the box (section 6)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dht.clock import version_at, wall_clock_ms
+from dht.record import Record
+from dht.replica_protocol import PutRecord, Refused
+from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
+
+
+def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated_secret(
+    tmp_path: Path,
+) -> None:
+    ports = consecutive_free_ports(3)
+    command = [sys.executable, "-m", "dht", "cluster", "--nodes", "3"]
+    command += ["--base-port", str(ports[0]), "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        urls = [f"http://{HOST}:{port}" for port in ports]
+        nodes = [
+            Node(port, tmp_path / f"n{port}", url, urls)
+            for port, url in zip(ports, urls, strict=True)
+        ]
+        wait_for(lambda: _answers(nodes[2]), lambda status: status == 200, deadline=20.0)
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k", b"v").status == 201
+        assert request("GET", f"{urls[1]}/v0/entity?id=k").body == b"v"
+
+        forged = Record.live(version_at(wall_clock_ms()), b"forged")
+        answer = replica_call(
+            nodes[1],
+            lambda call_id: PutRecord(call_id, b"k", forged),
+            dataclasses.replace(peer_hello(nodes[1]), secret=""),
+        )
+        assert isinstance(answer, Refused), answer
+        assert "secret" in answer.reason
+        assert request("GET", f"{urls[1]}/internal/v0/records?start=a").status == 403
+        assert request("GET", f"{urls[2]}/v0/entity?id=k&replicas=3/3").body == b"v"
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=20)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "no --secret" not in text  # the nodes got the generated one
+
+
+def _answers(node: Node) -> int:
+    try:
+        return request("GET", node.url + "/v0/status", timeout=1.0).status
+    except OSError:
+        time.sleep(0.1)
+        return 0
+
+
+def consecutive_free_ports(count: int) -> list[int]:
+    """`count` consecutive free ports (the command numbers its nodes from --base-port)."""
+    for _ in range(100):
+        base = free_port()
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind((HOST, port))
+            except OSError:
+                continue
+        return list(range(base, base + count))
+    raise RuntimeError(f"no {count} consecutive free ports")
