@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -65,9 +66,15 @@ class Peer:
             timeout=aiohttp.ClientTimeout(total=None), headers=headers, auto_decompress=False
         )
         self._was_open = False
+        # Calls in the order they were sent, so in the order their deadlines come: one
+        # timer, for the first of them, serves every call to this peer.
+        self._deadlines: deque[_PendingCall[Any]] = deque()
+        self._sweep_timer: asyncio.TimerHandle | None = None
 
     async def close(self) -> None:
         await self.channel.close()
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
         await self._session.close()
 
     def available(self) -> bool:
@@ -93,8 +100,29 @@ class Peer:
         if not self.breaker.allow():
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
-        _PendingCall(self, result, result_of, is_probe, loop, request_for)
+        call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for)
+        self._deadlines.append(call)
+        if self._sweep_timer is None:
+            self._sweep_timer = loop.call_at(call.sent + self.timeout, self._sweep)
         return result
+
+    def _sweep(self) -> None:
+        """Fails every call whose deadline has come, then waits for the next deadline."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines:
+            call = deadlines[0]
+            if call.settled:
+                deadlines.popleft()
+            elif call.sent + self.timeout <= now:
+                deadlines.popleft()
+                call.expire()
+            else:
+                break
+        self._sweep_timer = (
+            loop.call_at(deadlines[0].sent + self.timeout, self._sweep) if deadlines else None
+        )
 
     async def open_scan(self, start: bytes, end: bytes | None) -> RecordStream:
         """Opens the peer's local range (headers within the deadline) and returns it as a
@@ -169,7 +197,7 @@ class _PendingCall(Generic[T]):
     outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
     bad answer is a failure; a cancellation (no one needs the answer) is neither."""
 
-    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "_sent", "_timer")
+    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "sent")
 
     def __init__(
         self,
@@ -177,17 +205,20 @@ class _PendingCall(Generic[T]):
         result: asyncio.Future[T],
         result_of: Callable[[Answer], T],
         is_probe: bool,
-        loop: asyncio.AbstractEventLoop,
+        sent: float,
         request_for: Callable[[int], Request],
     ) -> None:
         self._peer = peer
         self._result = result
         self._result_of = result_of
         self._is_probe = is_probe
-        self._sent = loop.time()
-        self._timer = loop.call_later(peer.timeout, self._expire)
+        self.sent = sent  # loop time; the peer's deadline sweep reads it
         result.add_done_callback(self._settled)
         self._call_id = peer.channel.call(request_for, self._answered)
+
+    @property
+    def settled(self) -> bool:
+        return self._result.done()
 
     def _answered(self, answer: Answer | PeerError) -> None:
         if self._result.done():
@@ -203,11 +234,11 @@ class _PendingCall(Generic[T]):
         self._peer._succeeded()
         self._result.set_result(value)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         if self._result.done():
             return
         self._peer.channel.forget(self._call_id)
-        self._peer.channel.deadline_missed(self._sent)
+        self._peer.channel.deadline_missed(self.sent)
         self._fail(PeerError(f"{self._peer.url}: no answer within {self._peer.timeout}s"))
 
     def _fail(self, error: PeerError) -> None:
@@ -216,7 +247,6 @@ class _PendingCall(Generic[T]):
             self._result.set_exception(error)
 
     def _settled(self, result: asyncio.Future[T]) -> None:
-        self._timer.cancel()
         if result.cancelled():
             self._peer.channel.forget(self._call_id)
             if self._is_probe:

@@ -31,7 +31,8 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
             Node(port, tmp_path / f"n{port}", url, urls)
             for port, url in zip(ports, urls, strict=True)
         ]
-        wait_for(lambda: _answers(nodes[2]), lambda status: status == 200, deadline=20.0)
+        for node in nodes:  # every node, not just one: they start side by side
+            wait_for(lambda node=node: _answers(node), lambda status: status == 200, deadline=20.0)
         assert request("PUT", f"{urls[0]}/v0/entity?id=k", b"v").status == 201
         assert request("GET", f"{urls[1]}/v0/entity?id=k").body == b"v"
 
