@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from aiohttp import web
 from dht.clock import HybridClock
 from dht.config import NodeConfig
 from dht.internal_api import InternalApi
+from dht.log_limits import RateLimitedLog
 from dht.peers import Peer
 from dht.record import Record
 from dht.replica_channel import ServerConnection
@@ -66,7 +68,9 @@ async def channel_costs(
     live: set[ServerConnection] = set()
     limit = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: ServerConnection(service, limit, live), HOST, 0)
+    server = await loop.create_server(
+        lambda: ServerConnection(service, limit, live, RateLimitedLog(logging.getLogger())), HOST, 0
+    )
     port = server.sockets[0].getsockname()[1]
     routed = NodeConfig(
         port=0,

@@ -221,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
         "`make test` builds it) and print the Toxiproxy API address",
     )
     add_node_settings(cluster)
+
+    repair = commands.add_parser(
+        "repair",
+        help="repair a damaged data folder",
+        description="Rebuild a node's LevelDB from what can still be read of it (LevelDB's "
+        "own repair), for a node that says its data folder is damaged. Stop the node first.",
+    )
+    repair.add_argument("--data-dir", type=Path, required=True, help="the node's --data-dir")
     return parser
 
 
@@ -257,7 +265,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO"), format=LOG_FORMAT, stream=sys.stderr
+    )
     if args.command == "node":
         try:
             config = node_config(args)
@@ -273,11 +283,23 @@ def main(argv: list[str] | None = None) -> int:
                 config.port,
             )
 
+        from dht.storage import StorageUnavailable
+
         try:
             run_node(config)
-        except OSError as exc:  # port taken, data dir locked by another node, ...
+        except (OSError, StorageUnavailable) as exc:  # port taken, data dir locked, ...
             logging.getLogger("dht").error("cannot start: %s", exc)
             return 1
+        return 0
+    if args.command == "repair":
+        from dht.storage import repair
+
+        try:
+            repair(args.data_dir)
+        except Exception as exc:
+            logging.getLogger("dht").error("cannot repair %s: %s", args.data_dir, exc)
+            return 1
+        print(f"repaired {args.data_dir}: start the node on it again")
         return 0
     from dht.cluster import run_cluster
 

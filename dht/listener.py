@@ -9,9 +9,11 @@ Toxiproxy link carry both kinds of traffic unchanged.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import web
 
+from dht.log_limits import RateLimitedLog
 from dht.replica_channel import ProtocolSniffer, ReplicaService, ServerConnection
 
 
@@ -40,9 +42,10 @@ class SharedPortSite(web.BaseSite):
         await super().start()
         http = self._runner.server
         assert http is not None
+        garbage = RateLimitedLog(logging.getLogger("dht.replica_channel"))
 
         def channel() -> ServerConnection:
-            return ServerConnection(self._service, self._max_message, self.channels)
+            return ServerConnection(self._service, self._max_message, self.channels, garbage)
 
         self._server = await asyncio.get_running_loop().create_server(
             lambda: ProtocolSniffer(http, channel),

@@ -20,6 +20,7 @@ from dht.http_api import ClientApi
 from dht.http_server import HttpServer
 from dht.internal_api import InternalApi
 from dht.listener import SharedPortSite
+from dht.log_limits import QuietMalformedHttp
 from dht.peers import Peers
 from dht.replica_protocol import MESSAGE_OVERHEAD
 from dht.ring import Ring
@@ -95,6 +96,8 @@ class Node:
             max_line_size=3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD,
         )
         runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE)
+        quiet = QuietMalformedHttp()
+        logging.getLogger("aiohttp.server").addFilter(quiet)
         await runner.setup()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -124,6 +127,7 @@ class Node:
             await self.hint_delivery.close()
             await self.peers.close()
             self.storage.close()
+            logging.getLogger("aiohttp.server").removeFilter(quiet)
             log.info("stopped")
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
+from dht.log_limits import RateLimitedLog
 from dht.record import Record
 from dht.replica_protocol import (
     PREFACE,
@@ -304,11 +305,16 @@ class ReplicaService(Protocol):
 
 class ServerConnection(_Connection):
     def __init__(
-        self, service: ReplicaService, max_message_bytes: int, live: set[ServerConnection]
+        self,
+        service: ReplicaService,
+        max_message_bytes: int,
+        live: set[ServerConnection],
+        garbage: RateLimitedLog,
     ) -> None:
         super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes))
         self._service = service
         self._live = live
+        self._garbage = garbage
         self._refused = False
         self._peer = "?"
 
@@ -332,7 +338,9 @@ class ServerConnection(_Connection):
             while not self._refused and (event := self.codec.next_event()) is not None:
                 self._answer(event)
         except ProtocolError as exc:
-            log.warning("replica channel from %s sent garbage (%s): closing it", self._peer, exc)
+            self._garbage.warning(
+                "garbage", "replica channel from %s sent garbage (%s): closing it", self._peer, exc
+            )
             self.abort()
             return
         self.flush()

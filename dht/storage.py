@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import plyvel
 
@@ -20,10 +21,43 @@ RECORDS_PREFIX = b"r"
 HINTS_PREFIX = b"h"
 
 
+class StorageUnavailable(Exception):
+    """The data folder cannot be opened; the message says which, why and what to do."""
+
+
+def open_leveldb(data_dir: Path) -> Any:
+    path = data_dir / "leveldb"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return plyvel.DB(str(path), create_if_missing=True)
+    except plyvel.CorruptionError as exc:
+        raise StorageUnavailable(
+            f"{path} is damaged ({_reason(exc)}); `python -m dht repair --data-dir "
+            f"{data_dir}` keeps what LevelDB can recover, or move the folder aside and "
+            "start empty (this node then gets back only what is read or hinted to it)"
+        ) from None
+    except (plyvel.IOError, OSError) as exc:
+        reason = _reason(exc)
+        if "lock" in reason:
+            raise StorageUnavailable(
+                f"{path} is locked by another process: is another node running on this --data-dir?"
+            ) from None
+        raise StorageUnavailable(f"cannot open {path}: {reason}") from None
+
+
+def repair(data_dir: Path) -> None:
+    """LevelDB's own repair: keeps every record it can still read."""
+    plyvel.repair_db(str(data_dir / "leveldb"))
+
+
+def _reason(exc: BaseException) -> str:
+    message = exc.args[0] if exc.args else exc
+    return message.decode(errors="replace") if isinstance(message, bytes) else str(message)
+
+
 class Storage:
     def __init__(self, data_dir: Path, sync_writes: bool = False) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self._db = plyvel.DB(str(data_dir / "leveldb"), create_if_missing=True)
+        self._db = open_leveldb(data_dir)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self.hints = self._db.prefixed_db(HINTS_PREFIX)
         self._sync = sync_writes

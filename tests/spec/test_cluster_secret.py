@@ -5,13 +5,15 @@ traffic carries the sender's ring identity, and a node with another ring refuses
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 from dht.clock import version_at, wall_clock_ms
 from dht.record import Record
-from dht.replica_protocol import PutRecord, RecordFound, Refused, Stored
+from dht.replica_protocol import PutRecord, RecordAbsent, RecordFound, Refused, Stored
 from dht.wire import RING_HEADER, SECRET_HEADER
 from tests.fixtures import ClusterFactory
-from tests.launcher import Node, peer_hello, replica_call, request
+from tests.launcher import HOST, Node, free_ports, peer_hello, replica_call, request
 
 
 def write_with(node: Node, key: str, **hello: str) -> object:
@@ -96,3 +98,29 @@ def test_a_peer_speaking_another_protocol_version_is_refused(
     assert isinstance(answer, Refused), answer
     assert "protocol version 99" in answer.reason
     assert node.get("k").status == 404
+
+
+def test_nodes_started_with_different_cluster_lists_do_not_ack_for_each_other(
+    tmp_path: Path,
+) -> None:
+    """Node A believes the cluster is A and B; node B believes it is B alone. A's 2/2
+    writes used to be acknowledged by B; now B refuses A's channel (409-like), A counts
+    it as a failed replica, and its status says which peer disagrees and why."""
+    port_a, port_b = free_ports(2)
+    url_a, url_b = f"http://{HOST}:{port_a}", f"http://{HOST}:{port_b}"
+    a = Node(port_a, tmp_path / "a", url_a, [url_a, url_b])
+    b = Node(port_b, tmp_path / "b", url_b, [url_b])
+    try:
+        a.start()
+        b.start()
+        for index in range(5):
+            answer = a.put(f"k{index}", b"v", "2/2")
+            assert answer.status in (503, 504), answer.text
+        assert a.put("one-copy", b"v", "1/2").status in (201, 503)
+        peer = json.loads(request("GET", f"{url_a}/v0/status").body)["peers"][url_b]
+        assert "ring identity" in (peer["channel_refused"] or ""), peer
+        assert a.log_tail(200).count("refused the replica channel: ring identity") == 1
+        assert b.get_local("k0") == RecordAbsent(1)
+    finally:
+        a.stop()
+        b.stop()

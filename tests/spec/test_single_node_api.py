@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Cluster, Node, Response, entity_url, request, wait_for
+from tests.launcher import HOST, Cluster, Node, Response, entity_url, raw_get, request, wait_for
 
 MAX_VALUE = 1024
 ERROR_BODY_LIMIT = 200
@@ -247,6 +247,25 @@ def test_keys_differing_only_in_encoding_are_distinct(node: Node) -> None:
     assert node.get("%41").body == b"literal"
 
 
+def test_keys_are_exact_bytes_so_invalid_utf8_ids_never_share_a_record(node: Node) -> None:
+    """`%FF`, `%FE` and `%EF%BF%BD` (U+FFFD, what a lossy text decoding would make of the
+    other two) are three keys; the range returns them in byte order, as sent."""
+    ids = {"%FF": b"ff", "%FE": b"fe", "%EF%BF%BD": b"replacement"}
+    for encoded, value in ids.items():
+        assert request("PUT", f"{node.url}/v0/entity?id={encoded}", body=value).status == 201
+    for encoded, value in ids.items():
+        answer = request("GET", f"{node.url}/v0/entity?id={encoded}")
+        assert (answer.status, answer.body) == (200, value), encoded
+    stream = raw_get(f"{node.url}/v0/entities?start=%EF")
+    assert stream.chunks == [
+        b"\xef\xbf\xbd\nreplacement",
+        b"\xfe\nfe",
+        b"\xff\nff",
+    ]
+    assert request("DELETE", f"{node.url}/v0/entity?id=%FE").status == 202
+    assert request("GET", f"{node.url}/v0/entity?id=%FF").body == b"ff"
+
+
 # -- overload (SPEC.md section 4, on one node) -----------------------------------------
 
 
@@ -271,3 +290,29 @@ def test_node_past_its_in_flight_bound_answers_503_at_once(start_cluster: Cluste
         reply = b"".join(iter(lambda: slow.recv(65536), b""))
     assert reply.startswith(b"HTTP/1.1 201"), reply
     assert node.get("slow").body == b"xy"
+
+
+# -- abuse -----------------------------------------------------------------------------
+
+MALFORMED = {
+    "bad content-length": b"GET /v0/status HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+    "bad chunk size": b"PUT /v0/entity?id=a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+    "9 KB header": b"GET /v0/status HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+    "TLS hello": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50,
+    "channel garbage": b"\x00dht-replica\r\n" + b"\xff" * 20,
+}
+
+
+def test_malformed_requests_cost_a_few_short_log_lines_not_a_traceback_each(node: Node) -> None:
+    """400 malformed requests used to add 3,100 log lines, each an ERROR with a traceback."""
+    before = len(node.log_tail(100_000).splitlines())
+    for _ in range(80):
+        for raw in MALFORMED.values():
+            with socket.create_connection((HOST, node.port), timeout=5) as sock:
+                sock.sendall(raw)
+                answer = sock.recv(200)
+            assert answer in (b"",) or answer.startswith(b"HTTP/1.0 400"), answer[:60]
+    lines = node.log_tail(100_000).splitlines()[before:]
+    assert len(lines) <= 2 * len(MALFORMED), "\n".join(lines)
+    assert not [line for line in lines if "Traceback" in line or " ERROR " in line], lines
+    assert node.get("anything").status == 404

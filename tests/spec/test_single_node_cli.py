@@ -121,6 +121,7 @@ def test_node_on_a_data_dir_in_use_exits_nonzero_with_a_one_line_error(node: Nod
     port = free_port()
     result = run_dht(*node_args(port, node.data_dir, f"http://127.0.0.1:{port}"))
     assert_one_line_error(result, str(node.data_dir))
+    assert "another node" in result.stderr, result.stderr
     assert node.put("k", b"v").status == 201, "the node owning the data dir still serves"
 
 
@@ -138,3 +139,26 @@ def test_self_defaults_to_the_cluster_entry_with_this_port_and_hosts_may_be_name
         assert node.get("k").body == b"v"
     finally:
         node.stop()
+
+
+def test_node_on_a_damaged_data_dir_exits_nonzero_naming_the_folder_and_the_repair(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    data_dir = tmp_path / "data"
+    node = Node(port, data_dir, f"http://127.0.0.1:{port}", [f"http://127.0.0.1:{port}"])
+    node.start()
+    assert node.put("kept", b"v").status == 201
+    node.stop()
+    (data_dir / "leveldb" / "CURRENT").write_text("MANIFEST-999999\n")
+
+    result = run_dht(*node_args(port, data_dir, f"http://127.0.0.1:{port}"))
+    assert_one_line_error(result, str(data_dir / "leveldb"))
+    assert "damaged" in result.stderr
+    assert f"python -m dht repair --data-dir {data_dir}" in result.stderr
+
+    repaired = run_dht("repair", "--data-dir", str(data_dir))
+    assert repaired.returncode == 0, repaired.stderr
+    node.start()
+    assert node.get("kept").body == b"v"
+    node.stop()
