@@ -25,6 +25,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -115,6 +122,13 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fsync LevelDB's log on every write: survives power loss, not "
         "just a crash, at a large cost in write latency (default off)",
+    )
+    parser.add_argument(
+        "--disk-reserve",
+        type=non_negative_int,
+        default=d.disk_reserve,
+        help="bytes kept free on the data volume: below that, writes are refused with 507 "
+        "and reads go on, so the node can always restart (default %(default)s, 32 MiB)",
     )
     parser.add_argument(
         "--secret",
@@ -251,6 +265,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         max_in_flight=args.max_in_flight,
         peer_connections=args.peer_connections,
         sync_writes=args.sync_writes,
+        disk_reserve=args.disk_reserve,
         secret=args.secret or None,
         hint_max_bytes=args.hint_max_bytes,
         hint_max_age=args.hint_max_age,

@@ -41,6 +41,7 @@ _PASSED_FLAGS = (
     "hint_max_age",
     "hint_interval",
     "max_clock_drift",
+    "disk_reserve",
     "clock_skew",
     "log_level",
 )

@@ -25,6 +25,8 @@ class NodeConfig:
     max_in_flight: int = 512
     peer_connections: int = 64
     sync_writes: bool = False
+    # Free space kept on the data volume: below it, writes are refused (507).
+    disk_reserve: int = 32 * MiB
     secret: str | None = None
     hint_max_bytes: int = 256 * MiB
     hint_max_age: float = 3 * 3600.0

@@ -20,9 +20,10 @@ from typing import Generic, Protocol, TypeVar
 
 from dht.clock import HybridClock, VersionAhead
 from dht.config import NodeConfig
+from dht.disk import DiskFull
 from dht.hints import HintStore
 from dht.log_limits import RateLimitedLog
-from dht.peers import PeerError, Peers
+from dht.peers import PeerError, Peers, ReplicaFull
 from dht.record import Record, newest
 from dht.replicas import ReplicaCount, quorum
 from dht.ring import Ring
@@ -39,6 +40,7 @@ class Status(enum.Enum):
     STORED = "stored"
     DELETED = "deleted"
     NOT_ENOUGH_REPLICAS = "not enough replicas"
+    INSUFFICIENT_STORAGE = "insufficient storage"
     UNAVAILABLE = "unavailable"
 
 
@@ -165,6 +167,10 @@ class Coordinator:
         """This node's own replica: a LevelDB point operation, on the loop."""
         try:
             value = operation()
+        except DiskFull as exc:
+            self._refusals.warning("disk-full", "writes refused: %s", exc)
+            tally.failed(no_space=True)
+            return
         except Exception:
             log.exception("local replica operation failed")
             tally.failed()
@@ -197,6 +203,8 @@ class Coordinator:
             self._locally(tally, lambda: self._storage.put_if_newer(key, record))
         await tally.decision()
         if len(tally.answers) < replicas.ack:
+            if tally.no_space:
+                return Outcome(Status.INSUFFICIENT_STORAGE)
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
         return Outcome(success)
 
@@ -210,7 +218,11 @@ class Coordinator:
         """Sends `record` to a replica that answered with an older one (put-if-newer, so
         it never undoes a newer write)."""
         if url == self._self_url:
-            self._storage.put_if_newer(key, record)
+            try:
+                self._storage.put_if_newer(key, record)
+            except DiskFull as exc:  # a repair is best effort: the read is answered anyway
+                self._refusals.warning("disk-full", "read repair skipped: %s", exc)
+                return
             self.counters.read_repairs += 1
             return
         self._peers[url].put(key, record).add_done_callback(
@@ -300,12 +312,14 @@ class _Tally(Generic[T]):
         "_unclaimed",
         "answers",
         "failures",
+        "no_space",
         "pending",
     )
 
     def __init__(self, ack: int, targets: int, counters: Counters) -> None:
         self.answers: dict[str, T] = {}
         self.failures = 0
+        self.no_space = 0  # failures that were a replica below its disk reserve
         self.pending: dict[asyncio.Future[T], str] = {}
         self._late: Callable[[str, T], None] | None = None
         self._unclaimed: list[tuple[str, T]] = []  # late before anyone asked for them
@@ -351,10 +365,11 @@ class _Tally(Generic[T]):
         self.answers[url] = value
         self._check()
 
-    def failed(self) -> None:
+    def failed(self, no_space: bool = False) -> None:
         if self.is_decided:
             self._counters.background_failures += 1
         self.failures += 1
+        self.no_space += no_space
         self._check()
 
     def _done(
@@ -376,7 +391,7 @@ class _Tally(Generic[T]):
                 self.succeeded(url, value)
                 return
         _log_replica_failure(url, error)
-        self.failed()
+        self.failed(no_space=isinstance(error, ReplicaFull))
 
     def _check(self) -> None:
         if self._decided is not None and not self._decided.done() and self.is_decided:

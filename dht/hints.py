@@ -18,8 +18,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dht.disk import DiskFull, DiskSpace
+from dht.log_limits import RateLimitedLog
 from dht.peers import PeerError, Peers
 from dht.record import Record, decode, encode
+from dht.storage import space_errors
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,17 @@ def decode_hint(stored_key: bytes, data: bytes) -> Hint:
 class HintStore:
     """Hints on disk (a plyvel prefixed database) with per-target counts kept in memory."""
 
-    def __init__(self, db: Any, max_bytes: int, max_age: float, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        db: Any,
+        disk: DiskSpace,
+        max_bytes: int,
+        max_age: float,
+        now_ms: Callable[[], int],
+    ) -> None:
         self._db = db
+        self._disk = disk
+        self._full = RateLimitedLog(log)
         self._max_bytes = max_bytes
         self._max_age_ms = int(max_age * 1000)
         self._now_ms = now_ms
@@ -68,17 +80,25 @@ class HintStore:
             self._bytes += len(stored_key) + len(data)
 
     def add(self, target: str, key: bytes, record: Record) -> None:
-        """Keeps `record` for `target` unless a newer hint for that key is already kept."""
+        """Keeps `record` for `target` unless a newer hint for that key is already kept.
+        A hint that would take the disk below its reserve is dropped (and logged)."""
         stored_key = hint_key(target, key)
         existing = self._db.get(stored_key)
-        if existing is not None:
-            if not record.supersedes(decode_hint(stored_key, existing).record):
-                return
-            self._bytes -= len(stored_key) + len(existing)
-        else:
-            self.pending[target] += 1
+        if existing is not None and not record.supersedes(decode_hint(stored_key, existing).record):
+            return
         data = encode_hint(record, self._now_ms())
-        self._db.put(stored_key, data)
+        try:
+            self._disk.admit(len(stored_key) + len(data))
+            with space_errors():
+                self._db.put(stored_key, data)
+        except DiskFull as exc:
+            self.dropped += 1
+            self._full.warning("full", "dropped a hint for %s: %s", target, exc)
+            return
+        if existing is None:
+            self.pending[target] += 1
+        else:
+            self._bytes -= len(stored_key) + len(existing)
         self._bytes += len(stored_key) + len(data)
         if self._bytes > self._max_bytes:
             self._evict_oldest(int(self._max_bytes * _EVICT_TO))

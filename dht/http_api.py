@@ -28,6 +28,7 @@ _STATUS_CODES = {
     Status.STORED: 201,
     Status.DELETED: 202,
     Status.NOT_ENOUGH_REPLICAS: 504,
+    Status.INSUFFICIENT_STORAGE: 507,
     Status.UNAVAILABLE: 503,
 }
 _REASONS = {
@@ -35,6 +36,8 @@ _REASONS = {
     Status.STORED: "Created",
     Status.DELETED: "Accepted",
     Status.NOT_ENOUGH_REPLICAS: "Not Enough Replicas",
+    Status.INSUFFICIENT_STORAGE: "Insufficient Storage: a replica's disk is below its "
+    "free-space reserve; reads go on, writes resume once space is freed",
     Status.UNAVAILABLE: "Unavailable: not enough replicas with a closed circuit",
 }
 

@@ -13,12 +13,13 @@ import logging
 from aiohttp import web
 
 from dht.clock import HybridClock, VersionAhead
+from dht.disk import DiskFull
 from dht.http_api import required
 from dht.http_server import Params, Route, text
 from dht.log_limits import RateLimitedLog
 from dht.record import Record
 from dht.replica_channel import ReplicaRefusal
-from dht.replica_protocol import PROTOCOL_VERSION, Hello
+from dht.replica_protocol import PROTOCOL_VERSION, Hello, Why
 from dht.storage import Storage
 from dht.wire import RECORD_CONTENT_TYPE, RECORDS_PATH, RING_HEADER, SECRET_HEADER, encode_frame
 
@@ -62,8 +63,11 @@ class InternalApi:
             self._clock.observe(record.version)
         except VersionAhead as exc:
             self._refusals.warning("version-ahead", "refused a replica write of %r: %s", key, exc)
-            raise ReplicaRefusal(str(exc)) from None
-        return self._storage.put_if_newer(key, record)
+            raise ReplicaRefusal(Why.VERSION_AHEAD, str(exc)) from None
+        try:
+            return self._storage.put_if_newer(key, record)
+        except DiskFull as exc:
+            raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
 
     # -- HTTP ----------------------------------------------------------------------------
 

@@ -41,12 +41,16 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.started_at = time.monotonic()
-        self.storage = Storage(config.data_dir, config.sync_writes)
+        self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes)
         self.clock = HybridClock(skewed_wall_clock(config.clock_skew), config.max_clock_drift_ms)
         self.ring = Ring(config.cluster, config.vnodes)
         self.peers = Peers(config, self.ring.identity)
         self.hints = HintStore(
-            self.storage.hints, config.hint_max_bytes, config.hint_max_age, wall_clock_ms
+            self.storage.hints,
+            self.storage.disk,
+            config.hint_max_bytes,
+            config.hint_max_age,
+            wall_clock_ms,
         )
         self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
         self.coordinator = Coordinator(
@@ -71,6 +75,7 @@ class Node:
             "hints_delivered": self.hint_delivery.delivered,
             "hints_dropped": self.hints.dropped,
             "versions_refused": self.clock.refused,
+            "disk": self.storage.disk.status(),
             "peers": {
                 url: peer.status() | {"pending_hints": self.hints.pending[url]}
                 for url, peer in self.peers.by_url.items()

@@ -18,7 +18,7 @@ from dht.breaker import Breaker, State
 from dht.config import NodeConfig
 from dht.keys import query_value
 from dht.record import CorruptRecord, Record, decode
-from dht.replica_channel import PeerError, ReplicaChannel
+from dht.replica_channel import PeerError, ReplicaChannel, ReplicaFull
 from dht.replica_protocol import (
     MESSAGE_OVERHEAD,
     PROTOCOL_VERSION,
@@ -31,6 +31,7 @@ from dht.replica_protocol import (
     RecordFound,
     Request,
     Stored,
+    Why,
 )
 from dht.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["Peer", "PeerError", "PeerUnavailable", "Peers", "RecordStream"]
+__all__ = ["Peer", "PeerError", "PeerUnavailable", "Peers", "RecordStream", "ReplicaFull"]
 
 
 class PeerUnavailable(PeerError):
@@ -269,6 +270,8 @@ def _stored_of(answer: Answer) -> bool:
 
 def _unexpected(answer: Answer) -> PeerError:
     if isinstance(answer, Failed):
+        if answer.why is Why.NO_SPACE:
+            return ReplicaFull(f"declined for lack of space: {answer.reason}")
         return PeerError(f"declined: {answer.reason}")
     return PeerError(f"answered {type(answer).__name__}")
 

@@ -50,6 +50,7 @@ from dht.replica_protocol import (
     Role,
     Stored,
     Welcome,
+    Why,
 )
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,16 @@ class PeerError(Exception):
 
 
 class ReplicaRefusal(Exception):
-    """A replica declines one call (the message is the reason sent back in FAILED)."""
+    """A replica declines one call: `why`, and the message as the reason, go back in
+    FAILED."""
+
+    def __init__(self, why: Why, reason: str) -> None:
+        super().__init__(reason)
+        self.why = why
+
+
+class ReplicaFull(PeerError):
+    """The replica declined a write: its volume is below its free-space reserve."""
 
 
 class _Connection(asyncio.Protocol):
@@ -357,7 +367,7 @@ class ServerConnection(_Connection):
             try:
                 self.send(Stored(event.call_id, self._service.rpc_put(event.key, event.record)))
             except ReplicaRefusal as refusal:
-                self.send(Failed(event.call_id, str(refusal)))
+                self.send(Failed(event.call_id, refusal.why, str(refusal)))
         elif isinstance(event, Hello):
             reason = self._service.admit(event)
             if reason is None:

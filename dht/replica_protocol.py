@@ -23,7 +23,7 @@ calls instead of holding them behind it. Call id 0 is the handshake.
 | RECORD | server, answers GET | record |
 | ABSENT | server, answers GET | empty: no record for that key |
 | STORED | server, answers PUT | 1 byte: 1 stored, 0 kept (the replica held a newer record) |
-| FAILED | server, answers GET or PUT | reason (UTF-8): the replica refused or could not do it |
+| FAILED | server, answers GET or PUT | why (u8, `Why`), then a reason (UTF-8) |
 """
 
 from __future__ import annotations
@@ -59,6 +59,14 @@ class Op(enum.IntEnum):
     ABSENT = 7
     STORED = 8
     FAILED = 9
+
+
+class Why(enum.IntEnum):
+    """Why a replica declined a call (the first byte of FAILED)."""
+
+    DECLINED = 0  # anything else: the reason says
+    VERSION_AHEAD = 1  # the record's version is too far ahead of the replica's clock
+    NO_SPACE = 2  # the replica's volume is below its free-space reserve
 
 
 class ProtocolError(Exception):
@@ -129,6 +137,7 @@ class Stored:
 @dataclass(slots=True)
 class Failed:
     call_id: int
+    why: Why
     reason: str
 
 
@@ -281,8 +290,8 @@ def _encode(event: Event) -> tuple[Op, int, bytes]:
             return Op.ABSENT, call_id, b""
         case Stored(call_id, stored):
             return Op.STORED, call_id, b"\x01" if stored else b"\x00"
-        case Failed(call_id, reason):
-            return Op.FAILED, call_id, reason.encode()
+        case Failed(call_id, why, reason):
+            return Op.FAILED, call_id, bytes((why,)) + reason.encode()
         case Hello(version, sender, ring, secret):
             texts = b"".join(_text(part) for part in (sender, ring, secret))
             return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts
@@ -331,6 +340,13 @@ def _decode_stored(call_id: int, body: bytes) -> Stored:
     return Stored(call_id, body == b"\x01")
 
 
+def _why(value: int) -> Why:
+    try:
+        return Why(value)
+    except ValueError:
+        return Why.DECLINED  # a later version's reason: still a refusal
+
+
 def _empty(event: Event, op: Op, body: bytes) -> Event:
     if body:
         raise ProtocolError(f"{op.name} has a body")
@@ -346,5 +362,5 @@ _DECODERS: dict[Op, Callable[[int, bytes], Event]] = {
     Op.RECORD: lambda call_id, body: RecordFound(call_id, decode(body)),
     Op.ABSENT: lambda call_id, body: _empty(RecordAbsent(call_id), Op.ABSENT, body),
     Op.STORED: _decode_stored,
-    Op.FAILED: lambda call_id, body: Failed(call_id, body.decode()),
+    Op.FAILED: lambda call_id, body: Failed(call_id, _why(body[0]), body[1:].decode()),
 }

@@ -6,6 +6,7 @@ the event loop; the range iterator yields lazily so a scan never holds the range
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import plyvel
 
+from dht.disk import DiskFull, DiskSpace
 from dht.record import Record, decode, encode
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,18 @@ def open_leveldb(data_dir: Path) -> Any:
         raise StorageUnavailable(f"cannot open {path}: {reason}") from None
 
 
+@contextlib.contextmanager
+def space_errors() -> Iterator[None]:
+    """LevelDB's own out-of-space error, as DiskFull (the reserve normally comes first)."""
+    try:
+        yield
+    except plyvel.IOError as exc:
+        reason = _reason(exc)
+        if "No space" in reason or "ENOSPC" in reason:
+            raise DiskFull(f"the volume is full: {reason}") from None
+        raise
+
+
 def repair(data_dir: Path) -> None:
     """LevelDB's own repair: keeps every record it can still read."""
     plyvel.repair_db(str(data_dir / "leveldb"))
@@ -56,10 +70,14 @@ def _reason(exc: BaseException) -> str:
 
 
 class Storage:
-    def __init__(self, data_dir: Path, sync_writes: bool = False) -> None:
+    """`disk` guards every write with the volume's free-space reserve: a write that would
+    go below it, or that LevelDB fails for lack of space, raises DiskFull."""
+
+    def __init__(self, data_dir: Path, disk_reserve: int = 0, sync_writes: bool = False) -> None:
         self._db = open_leveldb(data_dir)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self.hints = self._db.prefixed_db(HINTS_PREFIX)
+        self.disk = DiskSpace(data_dir, disk_reserve)
         self._sync = sync_writes
 
     def close(self) -> None:
@@ -78,7 +96,10 @@ class Storage:
         """
         if not record.supersedes(self.get(key)):
             return False
-        self._records.put(key, encode(record), sync=self._sync)
+        data = encode(record)
+        self.disk.admit(len(key) + len(data))
+        with space_errors():
+            self._records.put(key, data, sync=self._sync)
         return True
 
     def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Record]]:

@@ -27,6 +27,7 @@ from dht.replica_protocol import (
     Role,
     Stored,
     Welcome,
+    Why,
 )
 
 LIMIT = 1 << 20
@@ -68,7 +69,7 @@ answers = st.one_of(
     st.builds(RecordFound, call_ids, records),
     st.builds(RecordAbsent, call_ids),
     st.builds(Stored, call_ids, st.booleans()),
-    st.builds(Failed, call_ids, st.text(max_size=100)),
+    st.builds(Failed, call_ids, st.sampled_from(Why), st.text(max_size=100)),
 )
 
 
@@ -199,3 +200,12 @@ def test_corrupting_any_byte_of_a_valid_stream_never_raises_anything_but_protoco
         deliver([bytes(stream)], server)
     except ProtocolError:
         pass
+
+
+def test_a_refusal_kind_from_a_later_version_reads_as_a_plain_refusal() -> None:
+    client, _ = pair()
+    body = bytes((200,)) + b"a reason this version has no name for"
+    frame = struct.pack(">IBI", len(body), 9, 7) + body
+    assert deliver([frame], client) == [
+        Failed(7, Why.DECLINED, "a reason this version has no name for")
+    ]

@@ -1,0 +1,89 @@
+"""The free-space reserve of a node's volume: writes are refused while free space is
+below it, so a full disk is a clear, recoverable state rather than a node that cannot
+write, and then cannot restart (LevelDB needs room to replay its log and compact).
+
+Once a write is refused the node is read-only, for every write however small, until free
+space is back above the reserve by `RESUME_MARGIN` (a high and a low watermark, as
+Elasticsearch has): a node near the line does not flap between taking small writes and
+refusing large ones.
+
+Free space is read with statvfs when the last reading is older than `max_age` seconds or
+when the estimate (last reading minus bytes written since) comes near the reserve; so a
+write costs no system call, and writes resume by themselves as soon as space is back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MiB = 1024 * 1024
+RESUME_MARGIN = 1 * MiB
+
+
+class DiskFull(Exception):
+    """A write refused because the volume is below the node's free-space reserve."""
+
+
+def free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+class DiskSpace:
+    def __init__(
+        self,
+        path: Path,
+        reserve: int,
+        measure: Callable[[Path], int] = free_bytes,
+        clock: Callable[[], float] = time.monotonic,
+        max_age: float = 1.0,
+    ) -> None:
+        self._path = path
+        self.reserve = reserve
+        self._measure = measure
+        self._clock = clock
+        self._max_age = max_age
+        self.refused = 0
+        self._measured_at = 0.0
+        self._free = 0
+        self._refresh()
+        # Whether writes are refused now. A restart on a volume as full as it was left
+        # starts read-only too.
+        self.refusing = self._free < reserve + RESUME_MARGIN
+
+    @property
+    def free(self) -> int:
+        """Free bytes as last estimated."""
+        return self._free
+
+    def admit(self, size: int) -> None:
+        """Raises DiskFull unless `size` more bytes leave the reserve free (and, once
+        refusing, the resume margin too); counts them."""
+        needed = self.reserve + size + (RESUME_MARGIN if self.refusing else 0)
+        if self._free < needed or self._clock() - self._measured_at > self._max_age:
+            self._refresh()
+            if self._free < needed:
+                self.refused += 1
+                self.refusing = True
+                raise DiskFull(
+                    f"{self._free // MiB} MiB free on the volume of {self._path}, below the "
+                    f"--disk-reserve of {self.reserve // MiB} MiB"
+                )
+        self._free -= size
+        self.refusing = False
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "free_bytes": self._free,
+            "reserve_bytes": self.reserve,
+            "refusing_writes": self.refusing,
+            "writes_refused": self.refused,
+        }
+
+    def _refresh(self) -> None:
+        self._free = self._measure(self._path)
+        self._measured_at = self._clock()

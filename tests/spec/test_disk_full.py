@@ -1,0 +1,124 @@
+"""SPEC.md section 4: a full disk is a clear, recoverable state. Below its free-space
+reserve a node answers writes with 507 and serves reads, writes resume by themselves once
+space is back, the node restarts on the full volume, and in a cluster a full replica is
+a failed replica whose writes wait in hints.
+
+The volume is a real 96 MiB tmpfs mounted by the test (CI runs as root). If it cannot be
+mounted the test fails with the reason: it never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dht.replica_protocol import RecordFound
+from tests.fixtures import ClusterFactory
+from tests.launcher import Node, request, wait_for
+
+MiB = 1024 * 1024
+VOLUME_MIB = 96
+VALUE = os.urandom(256 * 1024)  # random: LevelDB compresses anything repetitive
+BALLAST_MIB = 8
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={VOLUME_MIB}m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a {VOLUME_MIB} MiB tmpfs (needs root): {mounted.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def disk_status(node: Node) -> dict[str, object]:
+    status: dict[str, object] = json.loads(request("GET", node.url + "/v0/status").body)
+    disk = status["disk"]
+    assert isinstance(disk, dict)
+    return disk
+
+
+def test_a_full_volume_refuses_writes_with_507_serves_reads_and_recovers(
+    start_cluster: ClusterFactory, small_volume: Path
+) -> None:
+    ballast = small_volume / "ballast"
+    ballast.write_bytes(b"\0" * BALLAST_MIB * MiB)
+    node = start_cluster(1)[0]
+    node.stop()
+    node.data_dir = small_volume / "node"
+    node.start()
+
+    acked: list[str] = []
+    refusal = None
+    for index in range(VOLUME_MIB * MiB // len(VALUE) + 10):
+        answer = node.put(f"k{index:04d}", VALUE)
+        if answer.status != 201:
+            refusal = answer
+            break
+        acked.append(f"k{index:04d}")
+    assert refusal is not None, "the volume never filled"
+    assert refusal.status == 507, refusal.text
+    assert refusal.text.startswith("Insufficient Storage") and refusal.text.count("\n") == 1
+    stored_mib = len(acked) * len(VALUE) / MiB
+    assert stored_mib + BALLAST_MIB >= 32, f"only {stored_mib:.1f} MiB stored"
+
+    disk = disk_status(node)
+    assert disk["refusing_writes"] is True and disk["reserve_bytes"] == 32 * MiB, disk
+    # Once full, the node refuses every write, however small, until space is back.
+    assert node.put("one-byte", b"v").status == 507
+    assert node.delete(acked[0]).status == 507
+    for key in acked[:: max(1, len(acked) // 20)]:
+        assert node.get(key).body == VALUE, key
+
+    node.restart()  # the reserve leaves LevelDB room to replay its log
+    assert node.get(acked[-1]).body == VALUE
+    assert node.put("still-full", b"v").status == 507
+
+    ballast.unlink()
+    resumed = wait_for(lambda: node.put("after", b"v").status, lambda code: code == 201)
+    assert resumed == 201
+    assert all(node.get(key).body == VALUE for key in acked)
+    assert disk_status(node)["refusing_writes"] is False
+    print(
+        f"\nfull disk: {len(acked)} values of 256 KiB acknowledged ({stored_mib:.1f} MiB) on a "
+        f"{VOLUME_MIB} MiB volume with {BALLAST_MIB} MiB of ballast, then 507; restart "
+        f"and reads fine; writes resumed once the ballast was deleted"
+    )
+
+
+def test_a_full_replica_counts_as_failed_and_gets_its_writes_by_hints_once_freed(
+    start_cluster: ClusterFactory, small_volume: Path
+) -> None:
+    cluster = start_cluster(3, ["--breaker-threshold", "1000", "--hint-interval", "0.2"])
+    full = cluster[2]
+    full.stop()
+    full.data_dir = small_volume / "node"
+    full.extra_args += ["--disk-reserve", str(VOLUME_MIB * MiB)]  # full from the start
+    full.start()
+    coordinator = cluster[0]
+
+    everywhere = coordinator.put("k", b"v", "3/3")
+    assert everywhere.status == 507, everywhere.text
+    assert coordinator.put("k", b"v", "2/3").status == 201
+    assert full.get_local("k") == full.get_local("never-written")
+    assert full.get("k", "2/3").body == b"v"  # a full node still coordinates reads
+
+    full.stop()
+    full.extra_args = [arg for arg in full.extra_args if arg != str(VOLUME_MIB * MiB)]
+    full.extra_args.remove("--disk-reserve")
+    full.start()
+    found = wait_for(lambda: full.get_local("k"), lambda answer: isinstance(answer, RecordFound))
+    assert isinstance(found, RecordFound) and found.record.value == b"v"
