@@ -9,9 +9,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY := .tools/bin/toxiproxy-server
+# The newest v12 the module proxy lists (`go list -m -versions github.com/tsenart/vegeta/v12`).
+VEGETA_VERSION := v12.13.0
+VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos lock clean
+.PHONY: run test lint unit spec chaos bench-tools lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
@@ -43,6 +46,16 @@ $(TOXIPROXY):
 	mkdir -p .tools/bin
 	GOBIN=$(abspath .tools/gobin) $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	mv .tools/gobin/server $@
+
+# The benchmarks' load generators (bench/README.md): vegeta, built with Go like
+# toxiproxy, and wrk, a Debian package. wrk is only checked, never installed: make should
+# not run apt-get on the system behind anyone's back, even as root; it prints the command.
+bench-tools: $(VEGETA)
+	@command -v wrk >/dev/null || { echo "wrk not found: sudo apt-get install wrk" >&2; exit 1; }
+
+$(VEGETA):
+	mkdir -p .tools/bin
+	GOBIN=$(abspath .tools/bin) $(GO) install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION)
 
 # Refreshes the pinned versions after a change to pyproject.toml's dependencies.
 lock:
