@@ -1,9 +1,12 @@
--- wrk script: PUT of unique keys (a counter per thread), 100-byte values.
--- Usage: wrk -t2 -c64 -d10s -s bench/wrk_put.lua 'http://127.0.0.1:8080' -- [replicas]
+-- wrk script: PUT of unique keys (<prefix><thread>-<n>, a counter per thread), 100-byte values.
+-- Usage: wrk -t1 -c64 -d8s -s bench/wrk_put.lua 'http://127.0.0.1:8080' -- [replicas=A/F] [prefix=P]
+-- replicas: sent with every request (default: none, the node's default); prefix (default k):
+-- give each run its own so a second run writes new keys instead of overwriting the first's.
 local counter = 0
 local threads = 0
 local value = string.rep("v", 100)
 local replicas = ""
+local prefix = "k"
 
 function setup(thread)
   thread:set("thread_id", threads) -- a global of that thread's own Lua state
@@ -11,11 +14,16 @@ function setup(thread)
 end
 
 function init(args)
-  if args[1] then replicas = "&replicas=" .. args[1] end
+  for _, arg in ipairs(args) do
+    local name, setting = arg:match("^(%w+)=(.+)$")
+    if name == "replicas" then replicas = "&replicas=" .. setting
+    elseif name == "prefix" then prefix = setting
+    else error("wrk_put.lua: unknown argument " .. arg .. " (replicas=A/F, prefix=P)") end
+  end
 end
 
 function request()
   counter = counter + 1
-  local path = "/v0/entity?id=k" .. thread_id .. "-" .. counter .. replicas
+  local path = "/v0/entity?id=" .. prefix .. thread_id .. "-" .. counter .. replicas
   return wrk.format("PUT", path, nil, value)
 end

@@ -1,0 +1,113 @@
+"""bench.throughput's report: the median round, the paired ratio, the table, the target
+verdicts and the generator-ceiling lines; and the check that a process is pinned."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from bench.throughput import (
+    BARE,
+    ONE_NODE,
+    THREE_1_1,
+    THREE_2_3,
+    Row,
+    ceiling,
+    check_pinned,
+    pin,
+    table,
+    verdicts,
+)
+from bench.wrk import WrkRun
+
+
+def run(rate: float, cpu: float = 0.3, errors: int = 0, p99_ms: float = 9.0) -> WrkRun:
+    return WrkRun(int(rate * 8), 8.0, rate, 2.0, p99_ms, non_2xx=errors, cpu_share=cpu)
+
+
+def row(
+    pinning: str, name: str, workload: str, *rates: float, cpu: float = 0.3, errors: int = 0
+) -> Row:
+    """A row whose rounds ran at `rates`, paired with a bare server at 10,000 req/s."""
+    runs = [run(rate, cpu, errors) for rate in rates]
+    return Row(pinning, name, workload, runs, [rate / 10_000 for rate in rates])
+
+
+def test_the_median_round_is_a_real_round_and_the_ratio_the_median_of_pairs() -> None:
+    measured = row("pinned", ONE_NODE, "PUT", 9000, 5000, 9500)
+    assert measured.median.rate == 9000
+    assert measured.ratio == 0.9
+    assert row("pinned", ONE_NODE, "PUT", 9000, 5000).median.rate == 5000  # lower middle
+
+
+def rows(one_node: float, three: float, cpu: float = 0.3, errors: int = 0) -> list[Row]:
+    """Rows for both pinnings; `cpu` and `errors` apply to the pinned bare rows."""
+    return [
+        row("pinned", BARE, workload, 10_000, 10_000, 10_000, cpu=cpu, errors=errors)
+        for workload in ("PUT", "GET")
+    ] + [
+        row("pinned", ONE_NODE, "PUT", one_node, one_node, one_node),
+        row("pinned", ONE_NODE, "GET", 9500, 9500, 9500),
+        row("unpinned", BARE, "PUT", 10_000, 10_000, 10_000),
+        row("unpinned", THREE_1_1, "PUT", 6000, 6000, 6000),
+        row("unpinned", THREE_2_3, "PUT", three, three, three),
+    ]
+
+
+def test_each_target_gets_a_met_or_missed_line() -> None:
+    assert verdicts(rows(one_node=9000, three=3000)) == [
+        "target PUT 1 node >= 0.90 x bare (pinned): 0.90 met",
+        "target GET 1 node >= 0.90 x bare (pinned): 0.95 met",
+        "target PUT 3 nodes, 2/3 (default) >= 0.40 x bare (unpinned): 0.30 missed",
+    ]
+    lines = verdicts(rows(one_node=8900, three=4000))
+    assert lines[0].endswith("0.89 missed") and lines[2].endswith("0.40 met")
+
+
+def test_a_verdict_on_a_generator_bound_or_failing_run_says_it_does_not_count() -> None:
+    lines = verdicts(rows(one_node=9000, three=3000, cpu=0.97, errors=3))
+    assert lines[:3] == [
+        "target PUT 1 node >= 0.90 x bare (pinned): 0.90 met",
+        "  does not count: wrk used >= 90% of its core on bare aiohttp",
+        "  does not count: 9 errors on bare aiohttp",
+    ]
+
+
+def test_the_ceiling_compares_the_bare_rate_with_the_fastest_dht_row() -> None:
+    lines = ceiling(rows(one_node=9000, three=3000))
+    assert lines[0] == (
+        "pinned PUT: wrk reached 10,000 req/s on the bare server using 30% of its core "
+        "(~33,333 req/s at a full core), 1.1x the fastest dht row (1 node, 9,000 req/s)"
+    )
+    assert lines[2].startswith("unpinned PUT:") and "(3 nodes, 1/1, 6,000 req/s)" in lines[2]
+    assert lines[-1].endswith("in some round): none")
+    bound = ceiling(rows(one_node=9000, three=3000, cpu=0.95))
+    assert bound[-1].endswith("pinned bare aiohttp PUT, pinned bare aiohttp GET")
+
+
+def test_the_table_has_one_line_per_row_with_its_median_round() -> None:
+    lines = table(rows(one_node=9000, three=3000)).splitlines()
+    assert len(lines) == 2 + 7
+    assert lines[4] == "| pinned | 1 node | PUT | 9,000 | 2.00 ms | 9.00 ms | 0.90 | 0 | 30% |"
+
+
+def test_a_process_free_on_other_cores_is_not_pinned() -> None:
+    elsewhere = max(os.sched_getaffinity(0)) + 1  # a core this process never runs on alone
+    with pytest.raises(RuntimeError, match="not pinned"):
+        check_pinned(os.getpid(), elsewhere)
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_pin_pins_every_thread_of_a_running_process() -> None:
+    core = min(os.sched_getaffinity(0))
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        pin(child.pid, core)
+        check_pinned(child.pid, core)
+        assert os.sched_getaffinity(child.pid) == {core}
+    finally:
+        child.kill()
+        child.wait()
