@@ -3,9 +3,12 @@
 For each scenario (a bare aiohttp server as the reference, one node, 3 nodes with 1/1,
 3 nodes with the default 2/3, and 2/3 with one node down behind Toxiproxy) and each
 workload (PUT of new keys, GET over a filled key space), it searches the highest
-constant rate whose p99 stays under the bound (50 ms) with no errors, using
-bench.constant_rate. It writes REPORT.md, spectrum.png and throughput.png under the
-results folder. Run from the repo root:
+constant rate whose p99 stays under the bound (50 ms) with no errors, sending with
+vegeta (open model; `make bench-tools` builds it). A figure counts only if the generator
+was not the bottleneck, so the report also says, for the first rate each search failed
+at, whether vegeta still sent on schedule (then the server set the bound) and how much
+CPU it used. It writes REPORT.md, spectrum.png and throughput.png under the results
+folder. Run from the repo root:
 
     .venv/bin/python -m bench.scenarios --out results
 
@@ -23,18 +26,30 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import uvloop
-
-from bench.constant_rate import Result, Workload, run
-from locustfiles.prefill import KEY_PREFIX, prefill
+from bench.vegeta import (
+    PERCENTILES,
+    VEGETA,
+    Report,
+    attack,
+    check_vegeta,
+    get_targets,
+    put_targets,
+    target_count,
+)
+from locustfiles.prefill import prefill, run_prefix
 from tests.launcher import Cluster, chaos_cluster, free_port, request, wait_for
 
 P99_BOUND_MS = 50.0
 PREFILL_KEYS = 10_000
 WORKLOADS = ("put", "get")
+START_RATE = 250.0
+REQUEST_TIMEOUT = 2.0
+# vegeta's CPU use from which it cuts into the bare server's share of the machine: the
+# bare server runs on one thread and needs a whole core of its own.
+HEAVY_GENERATOR_CORES = 0.9 * max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass(frozen=True)
@@ -54,23 +69,24 @@ SCENARIOS = (
 )
 
 
-def sustains(result: Result, bound_ms: float = P99_BOUND_MS) -> bool:
-    """A rate is sustained when p99 is under the bound, nothing failed, and the generator
-    really sent at that rate."""
+def sustains(result: Report, bound_ms: float = P99_BOUND_MS) -> bool:
+    """A rate is sustained when p99 is under the bound, every request was answered with
+    2xx/3xx, vegeta really sent at that rate and the answers kept up with it."""
     return (
-        result.percentile_ms(99.0) < bound_ms
-        and result.errors == 0
-        and result.achieved_rate >= 0.95 * result.rate
+        result.percentile_ms("p99") < bound_ms
+        and result.failures == 0
+        and result.kept_pace
+        and result.throughput >= 0.95 * result.rate
     )
 
 
 def highest_sustained(
-    measure: Callable[[float], Result], start: float, limit: float, refinements: int = 3
-) -> Result | None:
+    measure: Callable[[float], Report], start: float, limit: float, refinements: int = 3
+) -> Report | None:
     """Doubles the rate from `start` until it is not sustained (or passes `limit`), then
     bisects between the last good and the first bad rate `refinements` times. Returns
     the measurement at the highest sustained rate, or None if even `start` was not."""
-    best: Result | None = None
+    best: Report | None = None
     rate, failed_at = start, None
     while rate <= limit:
         result = measure(rate)
@@ -131,44 +147,150 @@ def _answers(url: str) -> bool:
         return False
 
 
+@dataclass
+class Search:
+    """Every step of one scenario's search, and the highest sustained one."""
+
+    steps: list[Report] = field(default_factory=list)
+    best: Report | None = None
+
+    @property
+    def first_failure(self) -> Report | None:
+        """The lowest rate that was not sustained: what bounded the search."""
+        failed = [step for step in self.steps if not sustains(step)]
+        return min(failed, key=lambda step: step.rate, default=None)
+
+
 def measure_scenario(
-    scenario: Scenario, kind: str, step_seconds: float, max_rate: float
-) -> Result | None:
+    scenario: Scenario, kind: str, step_seconds: float, max_rate: float, vegeta: Path
+) -> Search:
+    search = Search()
     with tempfile.TemporaryDirectory() as tmp, topology(scenario, Path(tmp)) as url:
         if kind == "get" and scenario.nodes:
             prefill(url, PREFILL_KEYS, replicas=scenario.replicas)
-        runs = 0
 
-        def measure(rate: float) -> Result:
-            nonlocal runs
-            runs += 1
+        def measure(rate: float) -> Report:
+            count = target_count(rate, step_seconds)
+            step = len(search.steps)
             # Each PUT step writes keys of its own; GET reads the prefilled ones.
-            prefix = f"run{runs}-" if kind == "put" else KEY_PREFIX
-            workload = Workload(kind, PREFILL_KEYS, replicas=scenario.replicas, prefix=prefix)
-            result = uvloop.run(run(url, rate, step_seconds, workload))
+            targets = (
+                put_targets(url, run_prefix(f"put{step}"), scenario.replicas, count)
+                if kind == "put"
+                else get_targets(url, PREFILL_KEYS, scenario.replicas, count, seed=step)
+            )
+            result = attack(targets, rate, step_seconds, REQUEST_TIMEOUT, vegeta)
+            search.steps.append(result)
             verdict = "ok" if sustains(result) else "over"
             print(
-                f"  {scenario.name:30} {kind:3} {rate:8,.0f}/s  p99 "
-                f"{result.percentile_ms(99):8.2f} ms  errors {result.errors:5}  {verdict}",
+                f"  {scenario.name:30} {kind:3} {result.rate:8,.0f}/s  p99 "
+                f"{result.percentile_ms('p99'):8.2f} ms  failed {result.failures:5}  "
+                f"sent {result.sent_rate:8,.0f}/s  vegeta {result.generator_cores:4.2f} cores  "
+                f"{verdict}",
                 flush=True,
             )
             return result
 
-        return highest_sustained(measure, start=250, limit=max_rate)
+        search.best = highest_sustained(measure, start=START_RATE, limit=max_rate)
+    return search
+
+
+def bound_by(search: Search) -> str:
+    """What stopped a search: "generator" if vegeta could not send at the first rate
+    that failed, "server" if it could (so the server's latency or errors did), or
+    "--max-rate" if no rate failed."""
+    failure = search.first_failure
+    if failure is None:
+        return "--max-rate"
+    return "server" if failure.kept_pace else "generator"
+
+
+def why_over(result: Report) -> str:
+    """Why one step was not sustained, in the report's words."""
+    reasons = []
+    if result.percentile_ms("p99") >= P99_BOUND_MS:
+        reasons.append(f"p99 {result.percentile_ms('p99'):.0f} ms")
+    if result.failures:
+        reasons.append(f"{result.failures} failed")
+    if not result.kept_pace:
+        reasons.append("vegeta fell behind")
+    if result.throughput < 0.95 * result.rate:
+        reasons.append(f"answered {result.throughput:,.0f}/s")
+    return ", ".join(reasons)
+
+
+def ceiling_table(searches: dict[tuple[str, str], Search]) -> list[str]:
+    """Per scenario and workload, the first rate over the bound and what vegeta did
+    there: the evidence for (or against) each figure being the server's."""
+    lines = [
+        "| scenario | workload | first rate over | why | vegeta sent | vegeta CPU | bound by |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (name, kind), search in searches.items():
+        failure = search.first_failure
+        if failure is None:
+            lines.append(f"| {name} | {kind.upper()} | none | | | | --max-rate |")
+            continue
+        lines.append(
+            f"| {name} | {kind.upper()} | {failure.rate:,.0f}/s | {why_over(failure)} | "
+            f"{failure.sent_rate:,.0f}/s ({failure.sent_rate / failure.rate:.2f}) | "
+            f"{failure.generator_cores:.2f} cores, {failure.cpu_us_per_request:.0f} µs/req | "
+            f"{bound_by(search)} |"
+        )
+    return lines
+
+
+def reference_verdict(searches: dict[tuple[str, str], Search]) -> list[str]:
+    """Whether the bare server's figures are its own. They are the denominators of every
+    ratio: if vegeta set them, every ratio compares dht with the generator."""
+    lines = []
+    for kind in WORKLOADS:
+        search = searches.get((SCENARIOS[0].name, kind))
+        if search is None:
+            continue
+        bound, failure = bound_by(search), search.first_failure
+        if bound == "server" and failure is not None:
+            heavy = failure.generator_cores >= HEAVY_GENERATOR_CORES
+            lines.append(
+                f"- {kind.upper()}: bound by the server. At {failure.rate:,.0f}/s vegeta still "
+                f"sent {failure.sent_rate / failure.rate:.0%} of the rate, using "
+                f"{failure.generator_cores:.2f} cores"
+                + (
+                    ", which cut into the server's share of the machine: the bare figure is "
+                    "the server's on what vegeta left it, not on a whole machine."
+                    if heavy
+                    else "."
+                )
+            )
+        elif bound == "generator" and failure is not None:
+            lines.append(
+                f"- {kind.upper()}: NOT bound by the server: at {failure.rate:,.0f}/s vegeta "
+                f"sent only {failure.sent_rate:,.0f}/s. The bare figure is the generator's "
+                "ceiling, and every ratio to it compares dht with vegeta, not with the server."
+            )
+        else:
+            lines.append(
+                f"- {kind.upper()}: no rate up to --max-rate failed: the bare figure is a lower "
+                "bound set by the search, not by the server."
+            )
+    return lines or ["- not run (--only): the ratios have no reference in this report."]
 
 
 def report(
-    results: dict[tuple[str, str], Result | None], out: Path, seconds: float, max_rate: float
+    searches: dict[tuple[str, str], Search], out: Path, seconds: float, max_rate: float
 ) -> str:
+    results = {key: search.best for key, search in searches.items()}
     reference = {kind: results.get((SCENARIOS[0].name, kind)) for kind in WORKLOADS}
     lines = [
         "# dht benchmark report",
         "",
         f"Run on {datetime.date.today()} on {platform.node()} ({os.cpu_count()} cores, "
-        f"Python {platform.python_version()}); load generator (bench.constant_rate, 64 "
-        f"connections, open model) on the same machine. Each figure is the highest "
-        f"constant rate with p99 < {P99_BOUND_MS:.0f} ms and no errors, found by doubling "
-        f"then bisecting, {seconds:g} s per step; the ratio is to the bare aiohttp server "
+        f"Python {platform.python_version()}); load generator vegeta (open model: it sends "
+        f"at the set rate whatever the server does, {REQUEST_TIMEOUT:g} s time-out per "
+        "request) on the same machine. Each figure is the highest "
+        f"constant rate with p99 < {P99_BOUND_MS:.0f} ms and every request answered 2xx, "
+        f"found by doubling from {START_RATE:.0f}/s (up to {max_rate:,.0f}/s) then "
+        f"bisecting, {seconds:g} s per step; "
+        "the ratio is to the bare aiohttp server "
         "measured in the same run. PUT writes new keys; GET reads a filled key space of "
         f"{PREFILL_KEYS} keys.",
         "",
@@ -182,39 +304,54 @@ def report(
         for kind in WORKLOADS:
             result, base = results.get((scenario.name, kind)), reference[kind]
             if result is None:
-                cells += ["< 250", "", ""]
+                cells += [f"< {START_RATE:.0f}", "", ""]
                 continue
-            # The search stops doubling at --max-rate: a figure there is a lower bound.
-            bound = ">= " if result.rate * 2 > max_rate else ""
+            # No rate failed before --max-rate: the figure is a lower bound.
+            bound = ">= " if bound_by(searches[scenario.name, kind]) == "--max-rate" else ""
             ratio = f"{result.rate / base.rate:.2f}" if base else ""
-            p99 = f"{result.percentile_ms(99):.1f} ms"
+            p99 = f"{result.percentile_ms('p99'):.1f} ms"
             cells += [f"{bound}{result.rate:,.0f}", ratio, p99]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "![latency spectrum](spectrum.png)", "", "![throughput](throughput.png)"]
+    lines += [
+        "",
+        "## Generator ceiling",
+        "",
+        "A figure counts only if the generator was not the bottleneck. For the first rate "
+        "each search failed at: why it failed, what vegeta sent (and its share of the rate), "
+        'the CPU vegeta used, and so what bounded the figure. "server" means vegeta kept '
+        'pace and the server did not; "generator" means vegeta could not send the rate.',
+        "",
+        *ceiling_table(searches),
+        "",
+        "The bare server (the reference for every ratio):",
+        "",
+        *reference_verdict(searches),
+        "",
+        "![latency spectrum](spectrum.png)",
+        "",
+        "![throughput](throughput.png)",
+    ]
     text = "\n".join(lines) + "\n"
     (out / "REPORT.md").write_text(text)
     return text
 
 
-def plot(results: dict[tuple[str, str], Result | None], out: Path) -> None:
+def plot(results: dict[tuple[str, str], Report | None], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    spectrum = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
+    spectrum = list(PERCENTILES.values())  # what vegeta's JSON report gives: p50 .. max
     figure, axes = plt.subplots(1, len(WORKLOADS), figsize=(12, 4.5), sharey=True)
     for axis, kind in zip(axes, WORKLOADS, strict=True):
         for scenario in SCENARIOS:
             result = results.get((scenario.name, kind))
             if result is None:
                 continue
-            xs = [1 / (1 - p / 100) for p in spectrum]
-            ys = [result.percentile_ms(p) for p in spectrum]
-            axis.plot(xs, ys, marker="o", label=f"{scenario.name} @ {result.rate:,.0f}/s")
-        axis.set_xscale("log")
-        axis.set_xticks([1 / (1 - p / 100) for p in spectrum])
-        axis.set_xticklabels([f"{p:g}%" for p in spectrum], rotation=45)
+            ys = [result.percentile_ms(label) for label in spectrum]
+            axis.plot(spectrum, ys, marker="o", label=f"{scenario.name} @ {result.rate:,.0f}/s")
+        axis.set_yscale("log")
         axis.set_title(f"{kind.upper()} latency at the highest sustained rate")
         axis.set_xlabel("percentile")
         axis.grid(True, alpha=0.3)
@@ -251,18 +388,20 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", help="run only scenarios whose name contains this"
     )
+    parser.add_argument("--vegeta", type=Path, default=VEGETA, help=f"(default {VEGETA})")
     args = parser.parse_args()
+    vegeta = check_vegeta(args.vegeta)
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[tuple[str, str], Result | None] = {}
+    searches: dict[tuple[str, str], Search] = {}
     for scenario in SCENARIOS:
         if args.only and not any(part in scenario.name for part in args.only):
             continue
         for kind in WORKLOADS:
-            results[scenario.name, kind] = measure_scenario(
-                scenario, kind, args.step_seconds, args.max_rate
+            searches[scenario.name, kind] = measure_scenario(
+                scenario, kind, args.step_seconds, args.max_rate, vegeta
             )
-    print(report(results, args.out, args.step_seconds, args.max_rate))
-    plot(results, args.out)
+    print(report(searches, args.out, args.step_seconds, args.max_rate))
+    plot({key: search.best for key, search in searches.items()}, args.out)
     print(f"wrote {args.out / 'REPORT.md'}, spectrum.png, throughput.png")
 
 
