@@ -93,10 +93,11 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         help="client requests worked on at once; more get 503 at once (default %(default)s)",
     )
     parser.add_argument(
-        "--peer-connections",
+        "--max-in-flight-bytes",
         type=positive_int,
-        default=d.peer_connections,
-        help="keep-alive connections kept to each peer (default %(default)s)",
+        default=d.max_in_flight_bytes,
+        help="bytes of values a node holds at once; a PUT past it gets 503 before its "
+        "body is read (default %(default)s, 256 MiB)",
     )
     parser.add_argument(
         "--hint-max-bytes",
@@ -263,7 +264,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         max_value_bytes=args.max_value_bytes,
         max_key_bytes=args.max_key_bytes,
         max_in_flight=args.max_in_flight,
-        peer_connections=args.peer_connections,
+        max_in_flight_bytes=args.max_in_flight_bytes,
         sync_writes=args.sync_writes,
         disk_reserve=args.disk_reserve,
         secret=args.secret or None,

@@ -36,7 +36,7 @@ _PASSED_FLAGS = (
     "max_value_bytes",
     "max_key_bytes",
     "max_in_flight",
-    "peer_connections",
+    "max_in_flight_bytes",
     "hint_max_bytes",
     "hint_max_age",
     "hint_interval",

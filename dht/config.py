@@ -23,7 +23,7 @@ class NodeConfig:
     max_value_bytes: int = 16 * MiB
     max_key_bytes: int = 64 * 1024
     max_in_flight: int = 512
-    peer_connections: int = 64
+    max_in_flight_bytes: int = 256 * MiB
     sync_writes: bool = False
     # Free space kept on the data volume: below it, writes are refused (507).
     disk_reserve: int = 32 * MiB

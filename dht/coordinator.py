@@ -117,9 +117,17 @@ class Coordinator:
             return Outcome(Status.NOT_FOUND)
         return Outcome(Status.FOUND, winner.value)
 
-    async def put(self, key: bytes, value: bytes, replicas: ReplicaCount) -> Outcome:
+    async def put(
+        self,
+        key: bytes,
+        value: bytes,
+        replicas: ReplicaCount,
+        settled: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """`settled` is called once no replica call holds the value any more, which may
+        be after the answer (the rest of the replicas are written in the background)."""
         record = Record.live(self._clock.now(), value)
-        return await self._write(key, record, replicas, Status.STORED)
+        return await self._write(key, record, replicas, Status.STORED, settled)
 
     async def delete(self, key: bytes, replicas: ReplicaCount) -> Outcome:
         record = Record.deleted(self._clock.now())
@@ -188,10 +196,17 @@ class Coordinator:
                 raise PeerError(f"{url}: {exc}") from None
 
     async def _write(
-        self, key: bytes, record: Record, replicas: ReplicaCount, success: Status
+        self,
+        key: bytes,
+        record: Record,
+        replicas: ReplicaCount,
+        success: Status,
+        settled: Callable[[], None] | None = None,
     ) -> Outcome:
         targets = self._ring.replicas_for(key, replicas.from_)
         if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
+            if settled is not None:
+                settled()
             return refusal
         tally: _Tally[bool] = _Tally(replicas.ack, len(targets), self.counters)
         for url in targets:
@@ -201,6 +216,8 @@ class Coordinator:
                 tally.watch(url, future)
         if self._self_url in targets:
             self._locally(tally, lambda: self._storage.put_if_newer(key, record))
+        if settled is not None:
+            tally.when_settled(settled)
         await tally.decision()
         if len(tally.answers) < replicas.ack:
             if tally.no_space:
@@ -308,6 +325,7 @@ class _Tally(Generic[T]):
         "_counters",
         "_decided",
         "_late",
+        "_settled",
         "_tolerable",
         "_unclaimed",
         "answers",
@@ -327,6 +345,7 @@ class _Tally(Generic[T]):
         self._tolerable = targets - ack
         self._counters = counters
         self._decided: asyncio.Future[None] | None = None
+        self._settled: Callable[[], None] | None = None
 
     @property
     def is_decided(self) -> bool:
@@ -346,6 +365,13 @@ class _Tally(Generic[T]):
         """Counts `future`'s outcome; `accept` may turn an answer into a PeerError."""
         self.pending[future] = url
         future.add_done_callback(functools.partial(self._done, url, accept))
+
+    def when_settled(self, callback: Callable[[], None]) -> None:
+        """`callback` runs once every call watched has ended (at once if they have)."""
+        if self.pending:
+            self._settled = callback
+        else:
+            callback()
 
     def on_late(self, callback: Callable[[str, T], None]) -> None:
         """`callback` gets every success that comes after the decision, including those
@@ -376,6 +402,16 @@ class _Tally(Generic[T]):
         self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
     ) -> None:
         del self.pending[future]
+        try:
+            self._count(url, accept, future)
+        finally:
+            if not self.pending and self._settled is not None:
+                settled, self._settled = self._settled, None
+                settled()
+
+    def _count(
+        self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
+    ) -> None:
         if future.cancelled():
             self.failed()
             return

@@ -15,9 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
+from dht.admission import ByteBudget
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator, NotEnoughSources, Outcome, RangeIncomplete, Status
-from dht.http_server import BadRequest, Params, PayloadTooLarge, Route, text
+from dht.http_server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
 from dht.replicas import BadReplicas, ReplicaCount, default_replicas, parse_replicas
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class ClientApi:
         self,
         coordinator: Coordinator,
         config: NodeConfig,
+        budget: ByteBudget,
         status: Callable[[], dict[str, Any]],
     ) -> None:
         self._coordinator = coordinator
@@ -73,6 +75,7 @@ class ClientApi:
         self._default_replicas = default_replicas(self._cluster_size)
         self._max_value_bytes = config.max_value_bytes
         self._max_key_bytes = config.max_key_bytes
+        self._budget = budget
         self._status = status
 
     def routes(self) -> dict[str, Route]:
@@ -94,12 +97,62 @@ class ClientApi:
     async def put_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
         key, replicas = self._entity_params(params)
         length = request.content_length
-        if length is not None and length > self._max_value_bytes:
-            raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-        value = await request.read()
-        if len(value) > self._max_value_bytes:
-            raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-        return respond(await self._coordinator.put(key, value, replicas))
+        if length is not None:
+            if length > self._max_value_bytes:
+                raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
+            if not self._budget.acquire(length):
+                return self._over_budget()  # the body is never read
+            held = length
+            try:
+                value = await request.read()
+            except BaseException:
+                self._budget.release(held)
+                raise
+        else:
+            body = await self._read_chunked(request)
+            if body is None:
+                return self._over_budget()
+            value, held = body, len(body)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._budget.release(held)
+
+        try:
+            return respond(await self._coordinator.put(key, value, replicas, release))
+        except BaseException:
+            release()
+            raise
+
+    async def _read_chunked(self, request: web.BaseRequest) -> bytes | None:
+        """A body of unannounced length, admitted against the budget as it streams: None
+        (and nothing held) if the budget ran out first; held for its whole size if not."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > self._max_value_bytes:
+                    raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
+                if not self._budget.acquire(len(chunk)):
+                    self._budget.release(size - len(chunk))
+                    return None
+                parts.append(chunk)
+        except BaseException:
+            self._budget.release(sum(len(part) for part in parts))
+            raise
+        return b"".join(parts)
+
+    def _over_budget(self) -> web.Response:
+        return text(
+            503,
+            f"Overloaded: {self._budget.in_flight} bytes of values in flight, the limit is "
+            f"{self._budget.limit}",
+            {"Retry-After": "1"},
+        )
 
     async def delete_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
         key, replicas = self._entity_params(params)
@@ -113,11 +166,7 @@ class ClientApi:
         except NotEnoughSources as exc:
             log.info("range refused: %s", exc)
             return text(504, "Not Enough Replicas")
-        response = web.StreamResponse(
-            status=200, headers={"Content-Type": "application/octet-stream"}
-        )
-        response.enable_chunked_encoding()
-        await response.prepare(request)
+        response = await start_stream(request, "application/octet-stream")
         try:
             async with contextlib.aclosing(records):  # closes peer streams on disconnect
                 async for key, value in records:

@@ -27,6 +27,18 @@ def text(status: int, reason: str, headers: dict[str, str] | None = None) -> web
     return web.Response(status=status, text=reason + "\n", headers=headers)
 
 
+async def start_stream(request: web.BaseRequest, content_type: str) -> web.StreamResponse:
+    """A 200 whose body is written as it is produced: chunked (each write one chunk) for
+    HTTP/1.1, and for HTTP/1.0, which has no chunks, ended by closing the connection."""
+    response = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+    if request.version >= (1, 1):
+        response.enable_chunked_encoding()
+    else:
+        response.force_close()
+    await response.prepare(request)
+    return response
+
+
 class BadRequest(Exception):
     """The request is malformed; the message is the reason sent back with 400."""
 

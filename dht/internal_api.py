@@ -15,7 +15,7 @@ from aiohttp import web
 from dht.clock import HybridClock, VersionAhead
 from dht.disk import DiskFull
 from dht.http_api import required
-from dht.http_server import Params, Route, text
+from dht.http_server import Params, Route, start_stream, text
 from dht.log_limits import RateLimitedLog
 from dht.record import Record
 from dht.replica_channel import ReplicaRefusal
@@ -81,13 +81,17 @@ class InternalApi:
             return text(403, "Forbidden: internal request without the cluster secret")
         ring = request.headers.get(RING_HEADER)
         if ring is not None and ring != self._ring:
-            return text(409, f"Conflict: ring identity {ring} is not this node's {self._ring}")
+            return text(409, f"Conflict: ring identity {ring!a} is not this node's {self._ring}")
         return None
 
     def _secret_matches(self, offered: str) -> bool:
         if self._secret is None:
             return True
-        return hmac.compare_digest(offered.encode(), self._secret.encode())
+        # A header's bytes come as text with surrogates for what is not UTF-8: compare
+        # the bytes that were sent.
+        return hmac.compare_digest(
+            offered.encode("utf-8", "surrogateescape"), self._secret.encode()
+        )
 
     async def records(self, request: web.BaseRequest, params: Params) -> web.StreamResponse:
         """This node's local range, tombstones and versions included, in framed batches."""
@@ -95,9 +99,7 @@ class InternalApi:
             return refusal
         start = required(params, "start")
         end = params.get("end") or None
-        response = web.StreamResponse(headers={"Content-Type": RECORD_CONTENT_TYPE})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
+        response = await start_stream(request, RECORD_CONTENT_TYPE)
         batch = bytearray()
         for key, record in self._storage.scan(start, end):
             batch += encode_frame(key, record)

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dht.admission import ByteBudget
 from dht.clock import HybridClock, wall_clock_ms
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator
@@ -57,7 +58,8 @@ class Node:
             config, self.storage, self.ring, self.peers, self.clock, self.hints
         )
         self.internal = InternalApi(self.storage, self.clock, config.secret, self.ring.identity)
-        client = ClientApi(self.coordinator, config, self.status)
+        self.budget = ByteBudget(config.max_in_flight_bytes)
+        client = ClientApi(self.coordinator, config, self.budget, self.status)
         self.http = HttpServer(client.routes() | self.internal.routes(), config.max_in_flight)
 
     def status(self) -> dict[str, Any]:
@@ -69,6 +71,9 @@ class Node:
             "in_flight": self.http.in_flight,
             "max_in_flight": self.http.max_in_flight,
             "overload_refusals": self.http.refused,
+            "bytes_in_flight": self.budget.in_flight,
+            "max_in_flight_bytes": self.budget.limit,
+            "byte_budget_refusals": self.budget.refused,
             "internal_errors": self.http.errors,
             "read_repairs": self.coordinator.counters.read_repairs,
             "background_failures": self.coordinator.counters.background_failures,

@@ -86,11 +86,19 @@ class Peer:
         return self._call(lambda call_id: GetRecord(call_id, key), _record_of)
 
     def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
-        """Whether the peer stored it (False: it held a newer record already)."""
-        return self._call(lambda call_id: PutRecord(call_id, key, record), _stored_of)
+        """Whether the peer stored it (False: it held a newer record already). A large
+        value gets time to travel on top of the deadline (`transfer_time`)."""
+        return self._call(
+            lambda call_id: PutRecord(call_id, key, record),
+            _stored_of,
+            transfer_time(len(key) + len(record.value)),
+        )
 
     def _call(
-        self, request_for: Callable[[int], Request], result_of: Callable[[Answer], T]
+        self,
+        request_for: Callable[[int], Request],
+        result_of: Callable[[Answer], T],
+        extra_time: float = 0.0,
     ) -> asyncio.Future[T]:
         """One call on the channel, under the breaker and the deadline. A plain future,
         resolved from the channel's callback or the deadline's timer: no task, no
@@ -102,6 +110,10 @@ class Peer:
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
         call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for)
+        if extra_time:  # a deadline of its own: the sweep relies on the plain ones' order
+            timer = loop.call_later(self.timeout + extra_time, call.expire)
+            result.add_done_callback(lambda _: timer.cancel())
+            return result
         self._deadlines.append(call)
         if self._sweep_timer is None:
             self._sweep_timer = loop.call_at(call.sent + self.timeout, self._sweep)
@@ -131,10 +143,11 @@ class Peer:
         query = "start=" + query_value(start)
         if end is not None:
             query += "&end=" + query_value(end)
-        url = self._base_url.with_path(RECORDS_PATH).with_query(query)
+        # Encoded already: yarl must not encode the % of each escape a second time.
+        url = URL(f"{self._base_url}{RECORDS_PATH}?{query}", encoded=True)
 
         async def request() -> aiohttp.ClientResponse:
-            response = await self._session.get(URL(str(url), encoded=True))
+            response = await self._session.get(url)
             if response.status != 200:
                 response.release()
                 raise PeerError(f"{self.url}: range answered {response.status}")
@@ -190,6 +203,18 @@ class Peer:
                 log.warning("circuit to %s opened", self.url)
             else:
                 log.info("circuit to %s closed", self.url)
+
+
+# A value travels between nodes at least this fast on any link worth the name; a call
+# carrying more than a fragment gets its size at this rate on top of --timeout, so a large
+# but healthy transfer is not cut off as a time-out.
+SLOWEST_TRANSFER = 32 * 1024 * 1024  # bytes per second
+_PLAIN_CALL_BYTES = 64 * 1024
+
+
+def transfer_time(size: int) -> float:
+    """Seconds added to the deadline of a call carrying `size` bytes."""
+    return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
 
 
 class _PendingCall(Generic[T]):

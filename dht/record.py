@@ -53,12 +53,19 @@ def newest(records: list[Record | None]) -> Record | None:
     return best
 
 
+def encode_header(record: Record) -> bytes:
+    """The encoding's first bytes; the value follows them (for writers that send the
+    value without copying it behind the header)."""
+    return _HEADER.pack(FORMAT_V1, record.version, _TOMBSTONE if record.tombstone else 0)
+
+
 def encode(record: Record) -> bytes:
-    flags = _TOMBSTONE if record.tombstone else 0
-    return _HEADER.pack(FORMAT_V1, record.version, flags) + record.value
+    return encode_header(record) + record.value
 
 
-def decode(data: bytes) -> Record:
+def decode(data: bytes | memoryview) -> Record:
+    """A record from its encoding; a memoryview (of a larger buffer) is read in place
+    and only the value is copied out."""
     if len(data) < _HEADER.size:
         raise CorruptRecord(f"record of {len(data)} bytes is shorter than its header")
     fmt, version, flags = _HEADER.unpack_from(data)
@@ -67,7 +74,7 @@ def decode(data: bytes) -> Record:
     if flags & ~_TOMBSTONE:
         raise CorruptRecord(f"unknown record flags {flags:#x}")
     tombstone = bool(flags & _TOMBSTONE)
-    value = data[_HEADER.size :]
+    value = bytes(data[_HEADER.size :])  # no copy when `data` is bytes: slicing made it
     if tombstone and value:
         raise CorruptRecord("tombstone with a value")
     return Record(version, tombstone, value)

@@ -38,6 +38,7 @@ from dht.replica_protocol import (
     PREFACE,
     Answer,
     Failed,
+    Frame,
     GetRecord,
     Hello,
     ProtocolError,
@@ -86,8 +87,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_received = 0.0
-        self._urgent: list[bytes] = []
-        self._bulk: deque[deque[bytes]] = deque()
+        self._urgent: list[bytes | memoryview] = []
+        self._bulk: deque[deque[Frame]] = deque()
         self._flush_scheduled = False
         self._paused = False
 
@@ -105,7 +106,7 @@ class _Connection(asyncio.Protocol):
         """Queues `event`; it leaves with everything else queued in this loop iteration."""
         frames = self.codec.send(event)
         if len(frames) == 1:
-            self._urgent.append(frames[0])
+            self._urgent.extend(frames[0])
         else:
             self._bulk.append(deque(frames))
         if not self._flush_scheduled:
@@ -123,7 +124,7 @@ class _Connection(asyncio.Protocol):
         bulk = self._bulk
         while bulk and not self._paused:
             fragments = bulk[0]
-            transport.write(fragments.popleft())
+            transport.writelines(fragments.popleft())
             if fragments:
                 bulk.rotate(-1)  # round robin between large messages
             else:

@@ -32,8 +32,9 @@ import enum
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from dht.record import CorruptRecord, Record, decode, encode
+from dht.record import CorruptRecord, Record, decode, encode_header
 
 PROTOCOL_VERSION = 1
 PREFACE = b"\x00dht-replica\r\n"
@@ -158,6 +159,11 @@ _SENDS = {
 }
 
 
+# One frame as the buffers to write in order: a header and, for a fragment of a large
+# value, a slice of that value (a memoryview: the value is never copied to be sent).
+Frame = tuple[bytes | memoryview, ...]
+
+
 class ReplicaCodec:
     """One end of one connection: frames in both directions, and the handshake order.
 
@@ -194,15 +200,22 @@ class ReplicaCodec:
             end = _FRAME.size + length
             if len(buffer) < end:
                 return None
-            with memoryview(buffer) as view:
-                body = bytes(view[_FRAME.size : end])
-            del buffer[:end]
             op = self._check_op(op_byte & ~_MORE)
-            if op_byte & _MORE or call_id in self._fragments:
-                assembled = self._assemble(op, call_id, body, more=bool(op_byte & _MORE))
-                if assembled is None:
-                    continue
-                body = assembled
+            more = bool(op_byte & _MORE)
+            if not more and call_id not in self._fragments:
+                with memoryview(buffer) as view:
+                    body: bytes | memoryview = bytes(view[_FRAME.size : end])
+                del buffer[:end]
+                return self._event(op, call_id, body)
+            parts = self._fragments_of(op, call_id, length)
+            with memoryview(buffer) as view:
+                parts += view[_FRAME.size : end]  # straight into the message: one copy
+            del buffer[:end]
+            if more:
+                continue
+            del self._fragments[call_id]
+            # A value is decoded in place and copied out once; the rest are small.
+            body = memoryview(parts) if op in (Op.PUT, Op.RECORD) else bytes(parts)
             return self._event(op, call_id, body)
 
     def _take_preface(self) -> bool:
@@ -224,8 +237,8 @@ class ReplicaCodec:
             raise ProtocolError(f"op {op.name} is not expected here by the {self.role.value}")
         return op
 
-    def _assemble(self, op: Op, call_id: int, body: bytes, more: bool) -> bytes | None:
-        """Adds one fragment; returns the whole body once its last fragment arrived."""
+    def _fragments_of(self, op: Op, call_id: int, adding: int) -> bytearray:
+        """The message `call_id`'s fragments so far, checked to take `adding` more."""
         started = self._fragments.get(call_id)
         if started is None:
             started = (op, bytearray())
@@ -233,15 +246,11 @@ class ReplicaCodec:
         elif started[0] != op:
             raise ProtocolError(f"call {call_id}: a {op.name} fragment inside a {started[0].name}")
         parts = started[1]
-        parts += body
-        if len(parts) > self._max_message:
+        if len(parts) + adding > self._max_message:
             raise ProtocolError(f"call {call_id}: message over the {self._max_message}-byte limit")
-        if more:
-            return None
-        del self._fragments[call_id]
-        return bytes(parts)
+        return parts
 
-    def _event(self, op: Op, call_id: int, body: bytes) -> Event:
+    def _event(self, op: Op, call_id: int, body: bytes | memoryview) -> Event:
         try:
             event = _DECODERS[op](call_id, body)
         except (struct.error, UnicodeDecodeError, CorruptRecord) as exc:
@@ -254,51 +263,59 @@ class ReplicaCodec:
 
     # -- sending -----------------------------------------------------------------------
 
-    def send(self, event: Event) -> list[bytes]:
-        """The frames that carry `event`: one, or several fragments of a large body."""
+    def send(self, event: Event) -> list[Frame]:
+        """The frames that carry `event`: one, or the fragments of a large value."""
         if not isinstance(event, _SENDS[self.role]):
             raise ChannelMisuse(f"a {self.role.value} does not send {type(event).__name__}")
-        op, call_id, body = _encode(event)
+        op, call_id, head, value = _encode(event)
         if isinstance(event, Hello):
             if self._hello_sent:
                 raise ChannelMisuse("HELLO was sent already")
             self._hello_sent = True
-            return [PREFACE + _FRAME.pack(len(body), op, call_id) + body]
-        if len(body) <= FRAGMENT_BYTES:
-            return [_FRAME.pack(len(body), op, call_id) + body]
-        last = len(body) - FRAGMENT_BYTES
-        view = memoryview(body)
-        return [
-            _FRAME.pack(len(chunk), op | (_MORE if start < last else 0), call_id) + chunk
-            for start in range(0, len(body), FRAGMENT_BYTES)
-            for chunk in (view[start : start + FRAGMENT_BYTES],)
-        ]
+            return [(PREFACE + _FRAME.pack(len(head), op, call_id) + head,)]
+        size = len(head) + len(value)
+        if size <= FRAGMENT_BYTES:
+            return [(_FRAME.pack(size, op, call_id) + head + value,)]
+        view = memoryview(value)
+        first = max(0, FRAGMENT_BYTES - len(head))
+        starts = [0, *range(first, len(value), FRAGMENT_BYTES)]
+        ends = [*starts[1:], len(value)]
+        frames: list[Frame] = []
+        for index, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            prefix = head if index == 0 else b""
+            flags = _MORE if end < len(value) else 0
+            header = _FRAME.pack(len(prefix) + end - start, op | flags, call_id)
+            frames.append((header + prefix, view[start:end]))
+        return frames
 
 
 # -- bodies ----------------------------------------------------------------------------
 
 
-def _encode(event: Event) -> tuple[Op, int, bytes]:
+def _encode(event: Event) -> tuple[Op, int, bytes, bytes]:
+    """op, call id, and the body as its head and the value that follows it (empty but for
+    PUT and RECORD), so a large value is sent from where it is."""
     match event:
         case GetRecord(call_id, key):
-            return Op.GET, call_id, key
+            return Op.GET, call_id, key, b""
         case PutRecord(call_id, key, record):
-            return Op.PUT, call_id, _KEY_LENGTH.pack(len(key)) + key + encode(record)
+            head = _KEY_LENGTH.pack(len(key)) + key + encode_header(record)
+            return Op.PUT, call_id, head, record.value
         case RecordFound(call_id, record):
-            return Op.RECORD, call_id, encode(record)
+            return Op.RECORD, call_id, encode_header(record), record.value
         case RecordAbsent(call_id):
-            return Op.ABSENT, call_id, b""
+            return Op.ABSENT, call_id, b"", b""
         case Stored(call_id, stored):
-            return Op.STORED, call_id, b"\x01" if stored else b"\x00"
+            return Op.STORED, call_id, b"\x01" if stored else b"\x00", b""
         case Failed(call_id, why, reason):
-            return Op.FAILED, call_id, bytes((why,)) + reason.encode()
+            return Op.FAILED, call_id, bytes((why,)) + reason.encode(), b""
         case Hello(version, sender, ring, secret):
             texts = b"".join(_text(part) for part in (sender, ring, secret))
-            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts
+            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts, b""
         case Welcome():
-            return Op.WELCOME, HANDSHAKE_CALL, b""
+            return Op.WELCOME, HANDSHAKE_CALL, b"", b""
         case Refused(reason):
-            return Op.REFUSED, HANDSHAKE_CALL, reason.encode()
+            return Op.REFUSED, HANDSHAKE_CALL, reason.encode(), b""
     raise ChannelMisuse(f"not an event: {event!r}")
 
 
@@ -326,12 +343,13 @@ def _decode_hello(call_id: int, body: bytes) -> Hello:
     return Hello(version, *texts)
 
 
-def _decode_put(call_id: int, body: bytes) -> PutRecord:
+def _decode_put(call_id: int, body: bytes | memoryview) -> PutRecord:
     (key_length,) = _KEY_LENGTH.unpack_from(body)
     start = _KEY_LENGTH.size
     if start + key_length > len(body):
         raise ProtocolError("PUT key is truncated")
-    return PutRecord(call_id, body[start : start + key_length], decode(body[start + key_length :]))
+    key = bytes(body[start : start + key_length])
+    return PutRecord(call_id, key, decode(body[start + key_length :]))
 
 
 def _decode_stored(call_id: int, body: bytes) -> Stored:
@@ -353,7 +371,9 @@ def _empty(event: Event, op: Op, body: bytes) -> Event:
     return event
 
 
-_DECODERS: dict[Op, Callable[[int, bytes], Event]] = {
+# PUT and RECORD may get a memoryview (a message assembled from fragments); the others
+# always get bytes.
+_DECODERS: dict[Op, Callable[[int, Any], Event]] = {
     Op.HELLO: _decode_hello,
     Op.WELCOME: lambda call_id, body: _empty(Welcome(), Op.WELCOME, body),
     Op.REFUSED: lambda call_id, body: Refused(body.decode()),

@@ -389,7 +389,7 @@ def replica_call(
     codec = ReplicaCodec(Role.CLIENT, 1 << 30)
     frames = codec.send(hello or peer_hello(node)) + codec.send(request_for(1))
     with socket.create_connection((HOST, node.port), timeout=timeout) as sock:
-        sock.sendall(b"".join(frames))
+        sock.sendall(b"".join(part for frame in frames for part in frame))
         while True:
             while (event := codec.next_event()) is not None:
                 if isinstance(event, Refused | RecordFound | RecordAbsent | Stored | Failed):

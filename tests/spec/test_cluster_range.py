@@ -119,3 +119,15 @@ def test_range_on_two_nodes_answers_with_one_down(start_cluster: ClusterFactory)
     live = write_then_delete_some(cluster, "2/2")
     cluster[0].stop()
     assert entries(cluster[1], "0") == expected(live, "0")
+
+
+def test_range_bounds_that_need_percent_encoding_reach_every_node_intact(
+    start_cluster: ClusterFactory,
+) -> None:
+    """The peers' local ranges were asked from the bound encoded twice (`%3A` became
+    `%253A`): a range from `:` returned `&`, which sorts before it."""
+    cluster = start_cluster(3)
+    for key in ("&", ":", ":a", "b"):
+        assert cluster[0].put(key, b"v", "3/3").status == 201
+    for node in cluster:
+        assert entries(node, ":", "b") == [(":", b"v"), (":a", b"v")], node.url
