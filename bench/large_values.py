@@ -1,6 +1,6 @@
 """Benchmark: a burst of large values against one node of a 3-node cluster.
 
-`--clients` threads each PUT one `--value-mib` value at once (distinct keys, replicas
+`--clients` curl processes each PUT one `--value-mib` value at once (distinct keys, replicas
 2/3) to node 1, while one thread GETs a small key in a loop and another asks
 `/v0/status` every 100 ms. It prints node 1's resident memory (before, peak during the
 burst, and `--settle` seconds after it), the PUTs' answers, the small GETs' p50/p99, and
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.launcher import Cluster, Node, request
@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     value = bytes(range(256)) * (args.value_mib * MiB // 256)
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(Path(tmp), 3, ["--log-level", "WARNING"]).start()
+        cluster = Cluster(Path(tmp), 3, ["--log-level", "INFO"]).start()
         try:
             node = cluster[0]
             assert node.process is not None
@@ -86,16 +86,34 @@ def main() -> None:
             sampler = Sampler(node)
             sampler.start()
 
-            def put(index: int) -> int:
-                try:
-                    url = f"{node.url}/v0/entity?id=big-{index}&replicas=2/3"
-                    return request("PUT", url, value, timeout=args.timeout).status
-                except OSError:
-                    return 0  # no answer: the connection failed or timed out
-
+            body = Path(tmp) / "value"
+            body.write_bytes(value)
             started = time.monotonic()
-            with ThreadPoolExecutor(max_workers=args.clients) as pool:
-                answers = Counter(pool.map(put, range(args.clients)))
+            # curl processes, not threads of this one: the burst must not starve the
+            # sampler of this process's GIL and show the generator's stalls as the node's.
+            curls = [
+                subprocess.Popen(
+                    [
+                        "curl",
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        "-X",
+                        "PUT",
+                        "--max-time",
+                        str(args.timeout),
+                        "--data-binary",
+                        f"@{body}",
+                        f"{node.url}/v0/entity?id=big-{index}&replicas=2/3",
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for index in range(args.clients)
+            ]
+            answers = Counter(int(curl.communicate()[0] or 0) for curl in curls)
             burst = time.monotonic() - started
             sampler.stopping.set()
             sampler.join()

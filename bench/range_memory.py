@@ -37,7 +37,7 @@ def fill(data_dir: Path, keys: int, value_bytes: int) -> None:
     clock = HybridClock()
     value = b"x" * value_bytes
     for i in range(keys):
-        storage.put_if_newer(f"key{i:08d}".encode(), Record.live(clock.now(), value))
+        storage.write(f"key{i:08d}".encode(), Record.live(clock.now(), value))
     storage.close()
 
 

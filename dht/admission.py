@@ -5,9 +5,11 @@ Content-Length, or chunk by chunk as a chunked body streams) and holds its share
 every replica call carrying the value has ended, since the value stays in memory that
 long. Past the budget the node answers 503 at once instead of letting memory grow.
 
-When a burst of large values has passed, the memory it used is handed back to the OS
-(`malloc_trim`): glibc keeps freed arenas otherwise, and the node's RSS would stay at
-its peak.
+Memory a burst of large values used goes back to the OS. glibc would keep it: past the
+first freed large buffer it raises its mmap threshold (up to 32 MiB), so later 16 MiB
+buffers come from the heap and stay there after they are freed. The node pins the
+threshold at 1 MiB (`mallopt`), so a large buffer is unmapped as soon as it is freed,
+and trims the heap (`malloc_trim`) once a burst is over.
 """
 
 from __future__ import annotations
@@ -23,16 +25,37 @@ log = logging.getLogger(__name__)
 TRIM_AFTER = 64 * 1024 * 1024
 
 
-def _malloc_trim() -> Callable[[], None]:
-    """glibc's malloc_trim(0), or nothing where the C library has none (musl, macOS)."""
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+MMAP_THRESHOLD = 1024 * 1024
+
+
+def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
-    if trim is None:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def keep_large_buffers_out_of_the_heap() -> None:
+    """glibc's mallopt(M_MMAP_THRESHOLD, 1 MiB); nothing where there is none."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's malloc_trim(0), or nothing where the C library has none (musl, macOS)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
         return lambda: None
-    return lambda: trim(0)
+    trim = libc.malloc_trim
+
+    def trimmed() -> None:
+        trim(0)
+        log.info("a burst of values is over: freed memory handed back to the OS")
+
+    return trimmed
 
 
 class ByteBudget:

@@ -171,10 +171,14 @@ class Coordinator:
         waits = [self._peers[url].breaker.retry_after() for url in targets if url not in reachable]
         return Outcome(Status.UNAVAILABLE, retry_after=min(waits, default=1.0))
 
-    def _locally(self, tally: _Tally[T], operation: Callable[[], T]) -> None:
-        """This node's own replica: a LevelDB point operation, on the loop."""
+    def _locally(self, tally: _Tally[T], operation: Callable[[], T | asyncio.Future[T]]) -> None:
+        """This node's own replica: a LevelDB point operation, on the loop, or a future
+        when storage writes a large value in its thread."""
         try:
             value = operation()
+            if isinstance(value, asyncio.Future):
+                tally.watch(self._self_url, value)
+                return
         except DiskFull as exc:
             self._refusals.warning("disk-full", "writes refused: %s", exc)
             tally.failed(no_space=True)
@@ -215,7 +219,7 @@ class Coordinator:
                 future.add_done_callback(functools.partial(self._hint_if_missed, url, key, record))
                 tally.watch(url, future)
         if self._self_url in targets:
-            self._locally(tally, lambda: self._storage.put_if_newer(key, record))
+            self._locally(tally, lambda: self._storage.write(key, record))
         if settled is not None:
             tally.when_settled(settled)
         await tally.decision()
@@ -236,11 +240,14 @@ class Coordinator:
         it never undoes a newer write)."""
         if url == self._self_url:
             try:
-                self._storage.put_if_newer(key, record)
+                stored = self._storage.write(key, record)
             except DiskFull as exc:  # a repair is best effort: the read is answered anyway
                 self._refusals.warning("disk-full", "read repair skipped: %s", exc)
                 return
-            self.counters.read_repairs += 1
+            if isinstance(stored, bool):
+                self.counters.read_repairs += 1
+                return
+            stored.add_done_callback(functools.partial(self._repaired, url, key))
             return
         self._peers[url].put(key, record).add_done_callback(
             functools.partial(self._repaired, url, key)
@@ -309,7 +316,7 @@ async def _merge_newest(
 
 
 def _log_replica_failure(url: str, error: BaseException) -> None:
-    if isinstance(error, PeerError):
+    if isinstance(error, PeerError | DiskFull):
         log.debug("replica %s failed: %s", url, error)
     else:
         log.error("replica call to %s raised", url, exc_info=error)
@@ -427,7 +434,7 @@ class _Tally(Generic[T]):
                 self.succeeded(url, value)
                 return
         _log_replica_failure(url, error)
-        self.failed(no_space=isinstance(error, ReplicaFull))
+        self.failed(no_space=isinstance(error, ReplicaFull | DiskFull))
 
     def _check(self) -> None:
         if self._decided is not None and not self._decided.done() and self.is_decided:

@@ -11,6 +11,7 @@ logged.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import struct
 from collections import Counter
@@ -75,18 +76,25 @@ class HintStore:
         self.pending: Counter[str] = Counter()
         self._bytes = 0
         self.dropped = 0
+        # Every hint's creation time and size, and the hints by age (entries of replaced
+        # or removed hints are skipped when met): eviction never reads the store.
+        self._index: dict[bytes, tuple[int, int]] = {}
+        self._by_age: list[tuple[int, bytes]] = []
         for stored_key, data in self._db.iterator():
             self.pending[stored_key.partition(_SEPARATOR)[0].decode()] += 1
-            self._bytes += len(stored_key) + len(data)
+            self._indexed(stored_key, _CREATED.unpack_from(data)[0], len(stored_key) + len(data))
+        self._by_age = [(created, key) for key, (created, _) in self._index.items()]
+        heapq.heapify(self._by_age)
 
     def add(self, target: str, key: bytes, record: Record) -> None:
         """Keeps `record` for `target` unless a newer hint for that key is already kept.
         A hint that would take the disk below its reserve is dropped (and logged)."""
         stored_key = hint_key(target, key)
-        existing = self._db.get(stored_key)
+        existing = self._db.get(stored_key) if stored_key in self._index else None
         if existing is not None and not record.supersedes(decode_hint(stored_key, existing).record):
             return
-        data = encode_hint(record, self._now_ms())
+        created_ms = self._now_ms()
+        data = encode_hint(record, created_ms)
         try:
             self._disk.admit(len(stored_key) + len(data))
             with space_errors():
@@ -99,7 +107,8 @@ class HintStore:
             self.pending[target] += 1
         else:
             self._bytes -= len(stored_key) + len(existing)
-        self._bytes += len(stored_key) + len(data)
+        self._indexed(stored_key, created_ms, len(stored_key) + len(data))
+        heapq.heappush(self._by_age, (created_ms, stored_key))
         if self._bytes > self._max_bytes:
             self._evict_oldest(int(self._max_bytes * _EVICT_TO))
 
@@ -115,35 +124,40 @@ class HintStore:
         stored_key = hint_key(hint.target, hint.key)
         data = self._db.get(stored_key)
         if data is not None and decode_hint(stored_key, data).record == hint.record:
-            self._remove(stored_key, data, hint.target)
+            self._remove(stored_key)
 
     def expired(self, hint: Hint) -> bool:
         return self._now_ms() - hint.created_ms > self._max_age_ms
 
     def drop(self, hint: Hint, reason: str) -> None:
-        stored_key = hint_key(hint.target, hint.key)
-        data = self._db.get(stored_key)
-        if data is not None:
-            self._remove(stored_key, data, hint.target)
-            self.dropped += 1
-            log.warning("dropped hint for %s key %r: %s", hint.target, hint.key, reason)
+        self._drop(hint_key(hint.target, hint.key), reason)
 
-    def _remove(self, stored_key: bytes, data: bytes, target: str) -> None:
+    def _drop(self, stored_key: bytes, reason: str) -> None:
+        if stored_key in self._index:
+            self._remove(stored_key)
+            self.dropped += 1
+            target, _, key = stored_key.partition(_SEPARATOR)
+            log.warning("dropped hint for %s key %r: %s", target.decode(), key, reason)
+
+    def _indexed(self, stored_key: bytes, created_ms: int, size: int) -> None:
+        self._index[stored_key] = (created_ms, size)
+        self._bytes += size
+
+    def _remove(self, stored_key: bytes) -> None:
         self._db.delete(stored_key)
-        self._bytes -= len(stored_key) + len(data)
+        _, size = self._index.pop(stored_key)
+        self._bytes -= size
+        target = stored_key.partition(_SEPARATOR)[0].decode()
         self.pending[target] -= 1
         if self.pending[target] <= 0:
             del self.pending[target]
 
     def _evict_oldest(self, goal: int) -> None:
-        by_age = sorted(
-            (decode_hint(stored_key, data) for stored_key, data in self._db.iterator()),
-            key=lambda hint: hint.created_ms,
-        )
-        for hint in by_age:
-            if self._bytes <= goal:
-                break
-            self.drop(hint, f"hint store over its {self._max_bytes}-byte cap")
+        """Drops the oldest hints until the store is down to `goal` bytes."""
+        while self._bytes > goal and self._by_age:
+            created_ms, stored_key = heapq.heappop(self._by_age)
+            if self._index.get(stored_key, (None,))[0] == created_ms:
+                self._drop(stored_key, f"hint store over its {self._max_bytes}-byte cap")
 
 
 class HintDelivery:

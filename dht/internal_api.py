@@ -7,6 +7,7 @@ storage only. Every version received is bounded by the clock (`HybridClock.obser
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 
@@ -58,16 +59,19 @@ class InternalApi:
     def rpc_get(self, key: bytes) -> Record | None:
         return self._storage.get(key)
 
-    def rpc_put(self, key: bytes, record: Record) -> bool:
+    def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
         try:
             self._clock.observe(record.version)
         except VersionAhead as exc:
             self._refusals.warning("version-ahead", "refused a replica write of %r: %s", key, exc)
             raise ReplicaRefusal(Why.VERSION_AHEAD, str(exc)) from None
         try:
-            return self._storage.put_if_newer(key, record)
+            stored = self._storage.write(key, record)
         except DiskFull as exc:
             raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
+        if isinstance(stored, bool):
+            return stored
+        return asyncio.ensure_future(_refusing_for_space(stored))
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -110,3 +114,10 @@ class InternalApi:
             await response.write(bytes(batch))
         await response.write_eof()
         return response
+
+
+async def _refusing_for_space(write: asyncio.Future[bool]) -> bool:
+    try:
+        return await write
+    except DiskFull as exc:
+        raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None

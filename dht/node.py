@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.admission import ByteBudget
+from dht.admission import ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.clock import HybridClock, wall_clock_ms
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator
@@ -58,6 +58,7 @@ class Node:
             config, self.storage, self.ring, self.peers, self.clock, self.hints
         )
         self.internal = InternalApi(self.storage, self.clock, config.secret, self.ring.identity)
+        keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
         client = ClientApi(self.coordinator, config, self.budget, self.status)
         self.http = HttpServer(client.routes() | self.internal.routes(), config.max_in_flight)

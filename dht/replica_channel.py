@@ -26,6 +26,7 @@ handed to aiohttp.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -310,8 +311,9 @@ class ReplicaService(Protocol):
 
     def rpc_get(self, key: bytes) -> Record | None: ...
 
-    def rpc_put(self, key: bytes, record: Record) -> bool:
-        """Whether it was stored; raises ReplicaRefusal to decline."""
+    def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
+        """Whether it was stored (a future when the write takes a while); raises
+        ReplicaRefusal, or fails the future with it, to decline."""
 
 
 class ServerConnection(_Connection):
@@ -366,9 +368,14 @@ class ServerConnection(_Connection):
             )
         elif isinstance(event, PutRecord):
             try:
-                self.send(Stored(event.call_id, self._service.rpc_put(event.key, event.record)))
+                stored = self._service.rpc_put(event.key, event.record)
             except ReplicaRefusal as refusal:
                 self.send(Failed(event.call_id, refusal.why, str(refusal)))
+                return
+            if isinstance(stored, bool):
+                self.send(Stored(event.call_id, stored))
+            else:  # a large value, written in storage's thread: answered when it lands
+                stored.add_done_callback(functools.partial(self._stored_later, event.call_id))
         elif isinstance(event, Hello):
             reason = self._service.admit(event)
             if reason is None:
@@ -382,6 +389,18 @@ class ServerConnection(_Connection):
             self.flush()
             if self.transport is not None:
                 self.transport.close()  # after the REFUSED frame is written
+
+    def _stored_later(self, call_id: int, stored: asyncio.Future[bool]) -> None:
+        if self.closed or stored.cancelled():
+            return
+        error = stored.exception()
+        if error is None:
+            self.send(Stored(call_id, stored.result()))
+        elif isinstance(error, ReplicaRefusal):
+            self.send(Failed(call_id, error.why, str(error)))
+        else:
+            log.error("a replica write failed", exc_info=error)
+            self.send(Failed(call_id, Why.DECLINED, f"internal error: {type(error).__name__}"))
 
     def pause_writing(self) -> None:
         super().pause_writing()

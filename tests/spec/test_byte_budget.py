@@ -1,0 +1,73 @@
+"""SPEC.md section 4: a node bounds the bytes of values it holds; past the bound a PUT
+gets 503 with Retry-After at once, before its body is read, and the node serves on."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from tests.fixtures import ClusterFactory
+from tests.launcher import HOST, Node, request, wait_for
+
+BUDGET = 100_000
+
+
+def start_put(node: Node, key: str, length: int, chunked: bool = False) -> socket.socket:
+    """A PUT whose head is sent and whose body is not (yet)."""
+    sock = socket.create_connection((HOST, node.port), timeout=5)
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}"
+    sock.sendall(f"PUT /v0/entity?id={key} HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode())
+    return sock
+
+
+def answer(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(4096)
+        if not more:
+            break
+        data += more
+    return data
+
+
+def in_flight(node: Node) -> int:
+    return int(json.loads(request("GET", node.url + "/v0/status").body)["bytes_in_flight"])
+
+
+def test_a_put_past_the_byte_budget_gets_503_before_its_body_is_sent(
+    start_cluster: ClusterFactory,
+) -> None:
+    node = start_cluster(1, ["--max-in-flight-bytes", str(BUDGET)])[0]
+    first = start_put(node, "first", 80_000)
+    first.sendall(b"x" * 1000)  # admitted and being read: its 80,000 bytes are held
+    assert wait_for(lambda: in_flight(node), lambda held: held > 0) == 80_000
+
+    second = start_put(node, "second", 40_000)  # the head only: no body at all
+    refused = answer(second)
+    assert refused.startswith(b"HTTP/1.1 503"), refused[:80]
+    assert b"Retry-After: 1" in refused and b"Overloaded" in refused
+    second.close()
+
+    first.sendall(b"x" * 79_000)
+    assert answer(first).startswith(b"HTTP/1.1 201")
+    first.close()
+    assert in_flight(node) == 0
+    assert node.put("third", b"x" * 80_000).status == 201  # the budget is back
+    status = json.loads(request("GET", node.url + "/v0/status").body)
+    assert status["byte_budget_refusals"] == 1
+
+
+def test_a_chunked_put_is_admitted_chunk_by_chunk_and_refused_once_past_the_budget(
+    start_cluster: ClusterFactory,
+) -> None:
+    node = start_cluster(1, ["--max-in-flight-bytes", str(BUDGET)])[0]
+    held = start_put(node, "held", 80_000)
+    held.sendall(b"x" * 10)
+    chunked = start_put(node, "chunked", 0, chunked=True)
+    chunked.sendall(b"%x\r\n%s\r\n" % (30_000, b"y" * 30_000))
+    refused = answer(chunked)
+    assert refused.startswith(b"HTTP/1.1 503"), refused[:80]
+    chunked.close()
+    held.close()
+    assert node.get("chunked").status == 404
+    assert node.put("after", b"v").status == 201
