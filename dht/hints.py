@@ -23,7 +23,7 @@ from dht.disk import DiskFull, DiskSpace
 from dht.log_limits import RateLimitedLog
 from dht.peers import PeerError, Peers
 from dht.record import Record, decode, encode
-from dht.storage import space_errors
+from dht.storage import put_or_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,7 @@ class HintStore:
         data = encode_hint(record, created_ms)
         try:
             self._disk.admit(len(stored_key) + len(data))
-            with space_errors():
-                self._db.put(stored_key, data)
+            put_or_disk_full(self._db, stored_key, data)
         except DiskFull as exc:
             self.dropped += 1
             self._full.warning("full", "dropped a hint for %s: %s", target, exc)
