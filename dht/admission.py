@@ -66,9 +66,11 @@ class ByteBudget:
         self._released = 0
         self._trim = trim or _malloc_trim()
 
-    def acquire(self, size: int) -> bool:
-        """Takes `size` bytes of the budget, or counts a refusal and returns False."""
-        if self.in_flight + size > self.limit and self.in_flight > 0:
+    def acquire(self, size: int, held: int = 0) -> bool:
+        """Takes `size` more bytes for a message that holds `held` already, or counts a
+        refusal and returns False. A message alone in flight always passes, however
+        large: else a budget under the largest value would refuse it for ever."""
+        if self.in_flight + size > self.limit and self.in_flight > held:
             self.refused += 1
             return False
         self.in_flight += size

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from dht.log_limits import RateLimitedLog
 from dht.replica_channel import ProtocolSniffer, ReplicaService, ServerConnection
+from dht.replica_protocol import Budget
 
 
 class SharedPortSite(web.BaseSite):
@@ -25,6 +26,7 @@ class SharedPortSite(web.BaseSite):
         port: int,
         service: ReplicaService,
         max_message_bytes: int,
+        budget: Budget,
         backlog: int = 1024,
     ) -> None:
         super().__init__(runner, backlog=backlog)
@@ -32,6 +34,7 @@ class SharedPortSite(web.BaseSite):
         self._port = port
         self._service = service
         self._max_message = max_message_bytes
+        self._budget = budget
         self.channels: set[ServerConnection] = set()
 
     @property
@@ -45,7 +48,9 @@ class SharedPortSite(web.BaseSite):
         garbage = RateLimitedLog(logging.getLogger("dht.replica_channel"))
 
         def channel() -> ServerConnection:
-            return ServerConnection(self._service, self._max_message, self.channels, garbage)
+            return ServerConnection(
+                self._service, self._max_message, self.channels, garbage, self._budget
+            )
 
         self._server = await asyncio.get_running_loop().create_server(
             lambda: ProtocolSniffer(http, channel),

@@ -120,6 +120,7 @@ class Node:
                 self.config.port,
                 self.internal,
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
+                self.budget,
             )
             await site.start()
             self.hint_delivery.start()

@@ -38,6 +38,7 @@ from dht.record import Record
 from dht.replica_protocol import (
     PREFACE,
     Answer,
+    Budget,
     Failed,
     Frame,
     GetRecord,
@@ -51,6 +52,7 @@ from dht.replica_protocol import (
     Request,
     Role,
     Stored,
+    Unadmitted,
     Welcome,
     Why,
 )
@@ -60,6 +62,7 @@ log = logging.getLogger(__name__)
 # Bytes a connection lets pile up in its transport before it stops feeding it fragments.
 _WRITE_HIGH_WATER = 256 * 1024
 _LAST_CALL_ID = (1 << 32) - 1
+_OVER_BUDGET = "over its byte budget (--max-in-flight-bytes): try later"
 
 
 class PeerError(Exception):
@@ -323,8 +326,10 @@ class ServerConnection(_Connection):
         max_message_bytes: int,
         live: set[ServerConnection],
         garbage: RateLimitedLog,
+        budget: Budget | None = None,
     ) -> None:
-        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes))
+        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget))
+        self._budget = budget
         self._service = service
         self._live = live
         self._garbage = garbage
@@ -341,6 +346,7 @@ class ServerConnection(_Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._live.discard(self)
+        self.codec.release_partials()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -349,7 +355,7 @@ class ServerConnection(_Connection):
         try:
             # Nothing after a refused HELLO is read, not even calls sent right behind it.
             while not self._refused and (event := self.codec.next_event()) is not None:
-                self._answer(event)
+                self._answer(event, self.codec.held)
         except ProtocolError as exc:
             self._garbage.warning(
                 "garbage", "replica channel from %s sent garbage (%s): closing it", self._peer, exc
@@ -358,24 +364,21 @@ class ServerConnection(_Connection):
             return
         self.flush()
 
-    def _answer(self, event: object) -> None:
-        if isinstance(event, GetRecord):
+    def _answer(self, event: object, held: int) -> None:
+        """Answers one event; `held` bytes of the budget go back once its message is
+        done with (for a large write, when it has landed)."""
+        answered_later = isinstance(event, PutRecord) and self._put(event, held)
+        if held and not answered_later and self._budget is not None:
+            self._budget.release(held)
+        if isinstance(event, Unadmitted):
+            self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
+        elif isinstance(event, GetRecord):
             record = self._service.rpc_get(event.key)
             self.send(
                 RecordAbsent(event.call_id)
                 if record is None
                 else RecordFound(event.call_id, record)
             )
-        elif isinstance(event, PutRecord):
-            try:
-                stored = self._service.rpc_put(event.key, event.record)
-            except ReplicaRefusal as refusal:
-                self.send(Failed(event.call_id, refusal.why, str(refusal)))
-                return
-            if isinstance(stored, bool):
-                self.send(Stored(event.call_id, stored))
-            else:  # a large value, written in storage's thread: answered when it lands
-                stored.add_done_callback(functools.partial(self._stored_later, event.call_id))
         elif isinstance(event, Hello):
             reason = self._service.admit(event)
             if reason is None:
@@ -390,7 +393,23 @@ class ServerConnection(_Connection):
             if self.transport is not None:
                 self.transport.close()  # after the REFUSED frame is written
 
-    def _stored_later(self, call_id: int, stored: asyncio.Future[bool]) -> None:
+    def _put(self, event: PutRecord, held: int) -> bool:
+        """Answers a write; True when it will be answered later (a large value, written
+        in storage's thread, is answered when it lands)."""
+        try:
+            stored = self._service.rpc_put(event.key, event.record)
+        except ReplicaRefusal as refusal:
+            self.send(Failed(event.call_id, refusal.why, str(refusal)))
+            return False
+        if isinstance(stored, bool):
+            self.send(Stored(event.call_id, stored))
+            return False
+        stored.add_done_callback(functools.partial(self._stored_later, event.call_id, held))
+        return True
+
+    def _stored_later(self, call_id: int, held: int, stored: asyncio.Future[bool]) -> None:
+        if held and self._budget is not None:
+            self._budget.release(held)
         if self.closed or stored.cancelled():
             return
         error = stored.exception()

@@ -32,7 +32,7 @@ import enum
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dht.record import CorruptRecord, Record, decode, encode_header
 
@@ -68,9 +68,18 @@ class Why(enum.IntEnum):
     DECLINED = 0  # anything else: the reason says
     VERSION_AHEAD = 1  # the record's version is too far ahead of the replica's clock
     NO_SPACE = 2  # the replica's volume is below its free-space reserve
+    OVERLOADED = 3  # the replica holds as many bytes of values as it takes (its budget)
 
 
 _OPS = {op.value: op for op in Op}
+
+
+class Budget(Protocol):
+    """Bytes a receiver holds at once (`dht.admission.ByteBudget`)."""
+
+    def acquire(self, size: int, held: int = 0) -> bool: ...
+
+    def release(self, size: int) -> None: ...
 
 
 class ProtocolError(Exception):
@@ -96,6 +105,14 @@ class Hello:
     sender: str
     ring: str
     secret: str
+
+
+@dataclass(slots=True)
+class Unadmitted:
+    """A call whose message was over the receiver's byte budget: its fragments past that
+    point were dropped unread, and the call must be answered with a refusal."""
+
+    call_id: int
 
 
 @dataclass(slots=True)
@@ -146,7 +163,7 @@ class Failed:
 
 
 Handshake = Hello | Welcome | Refused
-Request = GetRecord | PutRecord
+Request = GetRecord | PutRecord | Unadmitted
 Answer = RecordFound | RecordAbsent | Stored | Failed
 Event = Handshake | Request | Answer
 
@@ -174,9 +191,15 @@ class ReplicaCodec:
     peer that announces more is refused before its bytes are buffered.
     """
 
-    def __init__(self, role: Role, max_message_bytes: int) -> None:
+    def __init__(self, role: Role, max_message_bytes: int, budget: Budget | None = None) -> None:
+        """`budget`, when given, admits every fragment of a large message before it is
+        buffered; the message of each event returned holds `held` bytes of it, which the
+        caller releases once done with the event."""
         self.role = role
         self._max_message = max_message_bytes
+        self._budget = budget
+        self._dropped: set[int] = set()
+        self.held = 0
         self._buffer = bytearray()
         self._preface_pending = role is Role.SERVER
         self._expected = _OPENING[role]
@@ -205,18 +228,27 @@ class ReplicaCodec:
                 return None
             op = self._check_op(op_byte & ~_MORE)
             more = bool(op_byte & _MORE)
-            if not more and call_id not in self._fragments:
+            self.held = 0
+            if not more and call_id not in self._fragments and call_id not in self._dropped:
                 with memoryview(buffer) as view:
                     body: bytes | memoryview = bytes(view[_FRAME.size : end])
                 del buffer[:end]
                 return self._event(op, call_id, body)
-            parts = self._fragments_of(op, call_id, length)
+            if call_id not in self._dropped:
+                parts = self._fragments_of(op, call_id, length)
+            if call_id in self._dropped or not self._admitted(call_id, parts, length):
+                del buffer[:end]  # dropped unread, past the budget
+                if more:
+                    continue
+                self._dropped.discard(call_id)
+                return Unadmitted(call_id)
             with memoryview(buffer) as view:
                 parts += view[_FRAME.size : end]  # straight into the message: one copy
             del buffer[:end]
             if more:
                 continue
             del self._fragments[call_id]
+            self.held = len(parts) if self._budget is not None else 0
             # A value is decoded in place and copied out once; the rest are small.
             body = memoryview(parts) if op in (Op.PUT, Op.RECORD) else bytes(parts)
             return self._event(op, call_id, body)
@@ -238,6 +270,23 @@ class ReplicaCodec:
         if op not in self._expected:
             raise ProtocolError(f"op {op.name} is not expected here by the {self.role.value}")
         return op
+
+    def _admitted(self, call_id: int, parts: bytearray, adding: int) -> bool:
+        """Whether the budget takes `adding` more bytes of this message; if not, what it
+        holds is given back and the message dropped."""
+        if self._budget is None or self._budget.acquire(adding, len(parts)):
+            return True
+        del self._fragments[call_id]
+        self._budget.release(len(parts))
+        self._dropped.add(call_id)
+        return False
+
+    def release_partials(self) -> None:
+        """Gives back what messages cut off by the connection's end were holding."""
+        partials, self._fragments = self._fragments, {}
+        if self._budget is not None:
+            for _, parts in partials.values():
+                self._budget.release(len(parts))
 
     def _fragments_of(self, op: Op, call_id: int, adding: int) -> bytearray:
         """The message `call_id`'s fragments so far, checked to take `adding` more."""

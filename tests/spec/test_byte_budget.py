@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import socket
 
+from dht.clock import version_at, wall_clock_ms
+from dht.record import Record
+from dht.replica_protocol import Failed, PutRecord, ReplicaCodec, Role, Stored, Welcome, Why
 from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, request, wait_for
+from tests.launcher import HOST, Node, peer_hello, request, wait_for
 
 BUDGET = 100_000
+MiB = 1024 * 1024
 
 
 def start_put(node: Node, key: str, length: int, chunked: bool = False) -> socket.socket:
@@ -71,3 +75,55 @@ def test_a_chunked_put_is_admitted_chunk_by_chunk_and_refused_once_past_the_budg
     held.close()
     assert node.get("chunked").status == 404
     assert node.put("after", b"v").status == 201
+
+
+def channel(node: Node) -> tuple[socket.socket, ReplicaCodec]:
+    """A replica channel to `node`, opened as a peer opens it."""
+    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
+    sock = socket.create_connection((HOST, node.port), timeout=5)
+    sock.sendall(b"".join(part for frame in codec.send(peer_hello(node)) for part in frame))
+    return sock, codec
+
+
+def send_frames(sock: socket.socket, frames: list[tuple[bytes | memoryview, ...]]) -> None:
+    sock.sendall(b"".join(part for frame in frames for part in frame))
+
+
+def next_answer(sock: socket.socket, codec: ReplicaCodec) -> object:
+    while True:
+        event = codec.next_event()
+        if event is not None and not isinstance(event, Welcome):
+            return event
+        if event is None:
+            codec.receive_data(sock.recv(65536))
+
+
+def test_a_replica_write_past_the_byte_budget_is_declined_unread_on_the_channel(
+    start_cluster: ClusterFactory,
+) -> None:
+    """Replica writes (and so hints and repairs) are admitted fragment by fragment: the
+    bytes of a message that no longer fits are dropped as they come, not buffered."""
+    node = start_cluster(1, ["--max-in-flight-bytes", str(MiB)])[0]
+    value = bytes(range(256)) * (2 * MiB // 256)
+    first, first_codec = channel(node)
+    frames = first_codec.send(
+        PutRecord(1, b"first", Record.live(version_at(wall_clock_ms()), value))
+    )
+    half = len(frames) // 2
+    send_frames(first, frames[:half])  # half of it held, ~1 MiB
+    wait_for(lambda: in_flight(node), lambda held: held >= MiB - 64 * 1024)
+
+    second, second_codec = channel(node)
+    late = Record.live(version_at(wall_clock_ms()), value)
+    send_frames(second, second_codec.send(PutRecord(1, b"second", late)))
+    refused = next_answer(second, second_codec)
+    assert isinstance(refused, Failed) and refused.why is Why.OVERLOADED, refused
+    assert in_flight(node) < MiB + 64 * 1024, "the refused write was buffered"
+
+    send_frames(first, frames[half:])
+    assert next_answer(first, first_codec) == Stored(1, True)
+    assert wait_for(lambda: in_flight(node), lambda held: held == 0) == 0
+    assert node.get("first").body == value
+    assert node.get("second").status == 404
+    first.close()
+    second.close()

@@ -27,6 +27,7 @@ from dht.replica_protocol import (
     ReplicaCodec,
     Role,
     Stored,
+    Unadmitted,
     Welcome,
     Why,
 )
@@ -214,3 +215,54 @@ def test_a_refusal_kind_from_a_later_version_reads_as_a_plain_refusal() -> None:
     assert deliver([frame], client) == [
         Failed(7, Why.DECLINED, "a reason this version has no name for")
     ]
+
+
+class FakeBudget:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+
+    def acquire(self, size: int, held: int = 0) -> bool:
+        if self.in_flight + size > self.limit and self.in_flight > held:
+            return False
+        self.in_flight += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.in_flight -= size
+
+
+def test_a_budget_admits_fragments_and_the_caller_releases_what_the_event_held() -> None:
+    budget = FakeBudget(1 << 30)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, LIMIT, budget)
+    deliver(client.send(HELLO), server)
+    big = PutRecord(1, b"k", Record.live(1, b"v" * 200_000))
+    assert deliver(client.send(big), server) == [big]
+    assert server.held == budget.in_flight > 200_000
+    assert deliver(client.send(GetRecord(2, b"k")), server) == [GetRecord(2, b"k")]
+    assert server.held == 0  # small messages are not weighed
+
+
+def test_a_message_past_the_budget_is_dropped_unread_and_answered_unadmitted() -> None:
+    budget = FakeBudget(100_000)
+    budget.in_flight = 90_000  # another message holds most of it
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, LIMIT, budget)
+    deliver(client.send(HELLO), server)
+    events = deliver(client.send(PutRecord(7, b"k", Record.live(1, b"v" * 200_000))), server)
+    assert events == [Unadmitted(7)]
+    assert budget.in_flight == 90_000  # nothing of it is held
+    assert deliver(client.send(GetRecord(8, b"k")), server) == [GetRecord(8, b"k")]
+
+
+def test_partials_cut_off_by_the_connection_end_give_their_bytes_back() -> None:
+    budget = FakeBudget(1 << 30)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, LIMIT, budget)
+    deliver(client.send(HELLO), server)
+    frames = client.send(PutRecord(1, b"k", Record.live(1, b"v" * 300_000)))
+    assert deliver(frames[:2], server) == []
+    assert budget.in_flight > 0
+    server.release_partials()
+    assert budget.in_flight == 0
