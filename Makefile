@@ -1,6 +1,8 @@
 # Two commands on a fresh clone: `make run` (a local 3-node cluster) and `make test`.
 # Both create .venv from requirements.lock on first use; `make test` also builds
-# toxiproxy-server into .tools/bin with the Go toolchain.
+# toxiproxy-server into .tools/bin with the Go toolchain and, where wrk is missing,
+# installs Debian's wrk as root (the load smoke tests drive it; as another user it
+# says which command to run).
 
 PYTHON ?= python3
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -14,12 +16,12 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos bench-tools lock clean
+.PHONY: run test lint unit spec chaos bench-tools wrk lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
 
-test: $(STAMP) $(TOXIPROXY) lint
+test: $(STAMP) $(TOXIPROXY) wrk lint
 	$(PY) -m pytest
 
 lint: $(STAMP)
@@ -48,10 +50,13 @@ $(TOXIPROXY):
 	mv .tools/gobin/server $@
 
 # The benchmarks' load generators (bench/README.md): vegeta, built with Go like
-# toxiproxy, and wrk, a Debian package. wrk is only checked, never installed: make should
-# not run apt-get on the system behind anyone's back, even as root; it prints the command.
-bench-tools: $(VEGETA)
-	@command -v wrk >/dev/null || { echo "wrk not found: sudo apt-get install wrk" >&2; exit 1; }
+# toxiproxy, and wrk, a Debian package.
+bench-tools: $(VEGETA) wrk
+
+wrk:
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || \
+		{ echo "wrk not found: sudo apt-get install wrk" >&2; exit 1; }
 
 $(VEGETA):
 	mkdir -p .tools/bin

@@ -1,17 +1,13 @@
 """bench/wrk_put.lua and wrk_get.lua with wrk against a real node, read by bench.wrk:
 every PUT writes a key and every GET reads one that PUT wrote (a GET of a key the PUT
-did not write would be a 404, a non-2xx answer). Skipped where wrk is not installed."""
+did not write would be a 404, a non-2xx answer). `make test` installs wrk."""
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
 from bench.wrk import run_wrk
 from tests.launcher import Node
-
-pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="needs wrk")
 
 
 def test_get_reads_only_keys_that_put_wrote(node: Node) -> None:

@@ -4,7 +4,6 @@ verdicts and the generator-ceiling lines; and the check that a process is pinned
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -100,7 +99,6 @@ def test_a_process_free_on_other_cores_is_not_pinned() -> None:
         check_pinned(os.getpid(), elsewhere)
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
 def test_pin_pins_every_thread_of_a_running_process() -> None:
     core = min(os.sched_getaffinity(0))
     child = subprocess.Popen(["sleep", "30"])
