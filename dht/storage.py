@@ -117,22 +117,29 @@ class Storage:
         return stored if isinstance(stored, bool) else await stored
 
     def _put_if_newer(self, key: bytes, record: Record) -> bool:
-        if not record.supersedes(self.get(key)):
+        data = self._encoded_if_newer(key, record)
+        if data is None:
             return False
-        data = encode(record)
-        self.disk.admit(len(key) + len(data))
         put_or_disk_full(self._records, key, data, self._sync)
         return True
+
+    def _encoded_if_newer(self, key: bytes, record: Record) -> bytes | None:
+        """The bytes to store for `record`, admitted by the disk reserve, or None when
+        what is stored is newer."""
+        if not record.supersedes(self.get(key)):
+            return None
+        data = encode(record)
+        self.disk.admit(len(key) + len(data))
+        return data
 
     async def _write_in_order(self, key: bytes, record: Record) -> bool:
         while (earlier := self._writing.get(key)) is not None:
             await asyncio.wait([earlier])
         if len(record.value) < LARGE_WRITE:
             return self._put_if_newer(key, record)
-        if not record.supersedes(self.get(key)):
+        data = self._encoded_if_newer(key, record)
+        if data is None:
             return False
-        data = encode(record)
-        self.disk.admit(len(key) + len(data))
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         self._writing[key] = done

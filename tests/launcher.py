@@ -32,6 +32,7 @@ from dht.replica_protocol import (
     PROTOCOL_VERSION,
     Answer,
     Failed,
+    Frame,
     GetRecord,
     Hello,
     PutRecord,
@@ -378,6 +379,21 @@ def peer_hello(node: Node) -> Hello:
     return Hello(PROTOCOL_VERSION, node.cluster_url, ring, cluster_secret(node) or "")
 
 
+def open_channel(
+    node: Node, hello: Hello | None = None, timeout: float = 10.0
+) -> tuple[socket.socket, ReplicaCodec]:
+    """A replica channel to `node` (blocking): a socket whose HELLO is sent, and the
+    client codec to read and write it with. `hello` defaults to a true peer's."""
+    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
+    sock = socket.create_connection((HOST, node.port), timeout=timeout)
+    send_frames(sock, codec.send(hello or peer_hello(node)))
+    return sock, codec
+
+
+def send_frames(sock: socket.socket, frames: list[Frame]) -> None:
+    sock.sendall(b"".join(part for frame in frames for part in frame))
+
+
 def replica_call(
     node: Node,
     request_for: Callable[[int], Request],
@@ -386,10 +402,9 @@ def replica_call(
 ) -> Answer | Refused:
     """One call on a fresh replica channel to `node` (blocking): the answer, or Refused
     if the node would not open the channel. `hello` defaults to a true peer's."""
-    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
-    frames = codec.send(hello or peer_hello(node)) + codec.send(request_for(1))
-    with socket.create_connection((HOST, node.port), timeout=timeout) as sock:
-        sock.sendall(b"".join(part for frame in frames for part in frame))
+    sock, codec = open_channel(node, hello, timeout)
+    with sock:
+        send_frames(sock, codec.send(request_for(1)))
         while True:
             while (event := codec.next_event()) is not None:
                 if isinstance(event, Refused | RecordFound | RecordAbsent | Stored | Failed):

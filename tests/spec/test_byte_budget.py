@@ -8,9 +8,9 @@ import socket
 
 from dht.clock import version_at, wall_clock_ms
 from dht.record import Record
-from dht.replica_protocol import Failed, PutRecord, ReplicaCodec, Role, Stored, Welcome, Why
+from dht.replica_protocol import Failed, PutRecord, ReplicaCodec, Stored, Welcome, Why
 from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, peer_hello, request, wait_for
+from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
 
 BUDGET = 100_000
 MiB = 1024 * 1024
@@ -77,18 +77,6 @@ def test_a_chunked_put_is_admitted_chunk_by_chunk_and_refused_once_past_the_budg
     assert node.put("after", b"v").status == 201
 
 
-def channel(node: Node) -> tuple[socket.socket, ReplicaCodec]:
-    """A replica channel to `node`, opened as a peer opens it."""
-    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
-    sock = socket.create_connection((HOST, node.port), timeout=5)
-    sock.sendall(b"".join(part for frame in codec.send(peer_hello(node)) for part in frame))
-    return sock, codec
-
-
-def send_frames(sock: socket.socket, frames: list[tuple[bytes | memoryview, ...]]) -> None:
-    sock.sendall(b"".join(part for frame in frames for part in frame))
-
-
 def next_answer(sock: socket.socket, codec: ReplicaCodec) -> object:
     while True:
         event = codec.next_event()
@@ -105,7 +93,7 @@ def test_a_replica_write_past_the_byte_budget_is_declined_unread_on_the_channel(
     bytes of a message that no longer fits are dropped as they come, not buffered."""
     node = start_cluster(1, ["--max-in-flight-bytes", str(MiB)])[0]
     value = bytes(range(256)) * (2 * MiB // 256)
-    first, first_codec = channel(node)
+    first, first_codec = open_channel(node)
     frames = first_codec.send(
         PutRecord(1, b"first", Record.live(version_at(wall_clock_ms()), value))
     )
@@ -113,7 +101,7 @@ def test_a_replica_write_past_the_byte_budget_is_declined_unread_on_the_channel(
     send_frames(first, frames[:half])  # half of it held, ~1 MiB
     wait_for(lambda: in_flight(node), lambda held: held >= MiB - 64 * 1024)
 
-    second, second_codec = channel(node)
+    second, second_codec = open_channel(node)
     late = Record.live(version_at(wall_clock_ms()), value)
     send_frames(second, second_codec.send(PutRecord(1, b"second", late)))
     refused = next_answer(second, second_codec)
