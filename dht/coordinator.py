@@ -101,7 +101,9 @@ class Coordinator:
         targets = self._ring.replicas_for(key, replicas.from_)
         if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
             return refusal
-        tally: _Tally[Record | None] = _Tally(replicas.ack, len(targets), self.counters)
+        tally: _Tally[Record | None] = _Tally(
+            replicas.ack, len(targets), self.counters, keeps_late=True
+        )
         for url in targets:
             if url != self._self_url:
                 tally.watch(url, self._peers[url].get(key), self._accept_remote)
@@ -341,13 +343,17 @@ class _Tally(Generic[T]):
         "pending",
     )
 
-    def __init__(self, ack: int, targets: int, counters: Counters) -> None:
+    def __init__(
+        self, ack: int, targets: int, counters: Counters, keeps_late: bool = False
+    ) -> None:
+        """`keeps_late`: successes after the decision are kept for `on_late` (a read's
+        repair); a write's are only counted."""
         self.answers: dict[str, T] = {}
         self.failures = 0
         self.no_space = 0  # failures that were a replica below its disk reserve
         self.pending: dict[asyncio.Future[T], str] = {}
         self._late: Callable[[str, T], None] | None = None
-        self._unclaimed: list[tuple[str, T]] = []  # late before anyone asked for them
+        self._unclaimed: list[tuple[str, T]] | None = [] if keeps_late else None
         self._ack = ack
         self._tolerable = targets - ack
         self._counters = counters
@@ -384,7 +390,7 @@ class _Tally(Generic[T]):
         """`callback` gets every success that comes after the decision, including those
         that came between the decision and this call."""
         self._late = callback
-        unclaimed, self._unclaimed = self._unclaimed, []
+        unclaimed, self._unclaimed = self._unclaimed or [], None
         for url, value in unclaimed:
             callback(url, value)
 
@@ -392,7 +398,7 @@ class _Tally(Generic[T]):
         if self.is_decided:
             if self._late is not None:
                 self._late(url, value)
-            else:
+            elif self._unclaimed is not None:  # late before on_late was called
                 self._unclaimed.append((url, value))
             return
         self.answers[url] = value

@@ -112,10 +112,6 @@ class Storage:
             return self._put_if_newer(key, record)
         return asyncio.ensure_future(self._write_in_order(key, record))
 
-    async def write_async(self, key: bytes, record: Record) -> bool:
-        stored = self.write(key, record)
-        return stored if isinstance(stored, bool) else await stored
-
     def _put_if_newer(self, key: bytes, record: Record) -> bool:
         data = self._encoded_if_newer(key, record)
         if data is None:
