@@ -11,7 +11,7 @@ final state was produced by a write that does not strictly precede `w`: `w` itse
 write that overlaps it in real time, or one invoked after it (acknowledged or not: a
 503, a 504 or a time-out may or may not have taken effect). The final state produced only
 by writes that completed before `w` was invoked, or by nothing at all, means `w` was lost.
-"Strictly precede" allows for the clock: SPEC.md section 3 promises that a write after a
+"Strictly precede" allows for the clock: SPEC.md rule 8.3 promises that a write after a
 10 ms pause is newer than any write before it, not that two writes a microsecond apart on
 two coordinators are ordered, so `clock_slack` (10 ms) is added to a completion time.
 
@@ -19,7 +19,7 @@ A final value (or a value a GET returned) must be the value of some PUT attempte
 key; anything else appeared from nowhere. Values are therefore best unique per write.
 
 A GET at quorum answered during the run is held to the same rule as the final read, at
-its own time (SPEC.md section 3: "GET 2/3 sees a PUT 2/3 and a DELETE 2/3"): what it
+its own time (SPEC.md rule 3.5: "GET 2/3 sees a PUT 2/3 and a DELETE 2/3"): what it
 returned must not have been produced only by writes that strictly precede an
 acknowledged write completed before the GET was invoked. A stale read says a quorum
 answer missed an acknowledged write even if the final state has it back.
@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# SPEC.md section 3: "a write after a 10 ms pause is newer than any write before it".
+# SPEC.md rule 8.3: "a write after a 10 ms pause is newer than any write before it".
 CLOCK_SLACK = 0.010
 FINAL_READ = "final read"
 

@@ -1,4 +1,4 @@
-"""Fault handling through real Toxiproxy faults (SPEC.md section 4): deadlines, 504 as soon
+"""Fault handling through real Toxiproxy faults (SPEC.md section 9): deadlines, 504 as soon
 as success is impossible, circuit breakers and their 503 fallback, partitions, overload.
 
 Node 3 (index 2) is the faulty shard unless said otherwise: every link into it carries the
@@ -23,6 +23,7 @@ import pytest
 from chaos.observe import breaker_towards, status
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Node, Response, wait_for
+from tests.spec.rules import rule
 
 P = ParamSpec("P")
 
@@ -68,6 +69,7 @@ def assert_unavailable(response: Response, elapsed: float) -> None:
     assert elapsed < FAST, f"the 503 took {elapsed:.3f}s: it waited on something"
 
 
+@rule("9.2", "9.3", "9.4")
 def test_dead_shard_gives_504_at_once_then_fast_503_while_open_and_recovers_after_cooldown(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -150,6 +152,7 @@ FAULTS = {
 }
 
 
+@rule("9.1")
 @pytest.mark.parametrize("name", FAULTS.keys())
 def test_faulty_shard_fails_all_replicas_requests_within_the_deadline_and_spares_quorums(
     start_chaos_cluster: ChaosClusterFactory, name: str
@@ -185,6 +188,7 @@ def test_faulty_shard_fails_all_replicas_requests_within_the_deadline_and_spares
     )
 
 
+@rule("9.1")
 def test_trickling_shard_does_not_hold_requests_past_the_deadline(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -216,6 +220,7 @@ def test_trickling_shard_does_not_hold_requests_past_the_deadline(
     )
 
 
+@rule("3.2", "9.8")
 def test_partition_of_one_node_leaves_quorum_requests_working_on_the_majority(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -288,6 +293,7 @@ class InFlightSampler:
             self.peak = max(self.peak, int(status(self._node)["in_flight"]))
 
 
+@rule("7.6")
 def test_overload_burst_gets_fast_503s_and_the_node_recovers(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Flapping faults under concurrent quorum traffic (SPEC.md sections 3 and 4).
+"""Flapping faults under concurrent quorum traffic (SPEC.md rules 3.5 and 9.8).
 
 One run per module: a 3-node cluster behind Toxiproxy, 4 client threads writing, deleting
 and reading a 16-key space at the default quorum (2/3) straight to the nodes, while one
@@ -27,6 +27,7 @@ from chaos.traffic import Clients, key_space
 from dht import testbed as test_bed  # a module import: pytest would collect the class
 from dht.record import Record
 from tests.launcher import Cluster, Node, wait_for
+from tests.spec.rules import rule
 
 FLAP_SECONDS = float(os.environ.get("DHT_FLAP_SECONDS", "20"))
 FLAP_SEED = int(os.environ.get("DHT_FLAP_SEED", "2020"))
@@ -74,6 +75,7 @@ def flapping_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlappingR
         testbed.stop()
 
 
+@rule("9.8")
 def test_every_replica_converges_to_the_same_records_after_the_faults_stop(
     flapping_run: FlappingRun,
 ) -> None:
@@ -124,13 +126,15 @@ def report(flapping_run: FlappingRun) -> Report:
     return report
 
 
+@rule("9.8")
 def test_flapping_faults_lose_no_acknowledged_write(report: Report) -> None:
     assert report.acked > 0, "no write was acknowledged at all"
     assert report.final_state_ok, report.details()
 
 
+@rule("3.5", "9.8")
 def test_quorum_reads_during_flapping_faults_see_every_acknowledged_write(
     report: Report,
 ) -> None:
-    """SPEC.md section 3: GET 2/3 sees a PUT 2/3 and a DELETE 2/3, faults or not."""
+    """SPEC.md rule 3.5: GET 2/3 sees a PUT 2/3 and a DELETE 2/3, faults or not."""
     assert report.reads_ok, report.details()

@@ -1,4 +1,4 @@
-"""The hint store's caps (SPEC.md section 4, hinted handoff): past --hint-max-bytes the
+"""The hint store's caps (SPEC.md rule 9.6): past --hint-max-bytes the
 oldest hints are dropped first; a hint older than --hint-max-age is dropped, not
 delivered. Both drops are counted in /v0/status."""
 
@@ -10,10 +10,12 @@ from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints, status
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import wait_for
+from tests.spec.rules import rule
 
 VALUE = b"x" * 200  # a hint is then about 250 bytes
 
 
+@rule("9.6")
 def test_hints_over_the_size_cap_drop_the_oldest_first(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -37,6 +39,7 @@ def test_hints_over_the_size_cap_drop_the_oldest_first(
     assert delivered == set(keys[-kept:]), "hints were not dropped oldest first"
 
 
+@rule("9.6")
 def test_hints_older_than_the_age_cap_are_dropped_not_delivered(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Hinted handoff through real Toxiproxy faults (SPEC.md section 4): a replica that
+"""Hinted handoff through real Toxiproxy faults (SPEC.md rule 9.6): a replica that
 missed writes while cut off receives them from the coordinators' durable hints soon after
 it answers again, with no read of those keys."""
 
@@ -11,6 +11,7 @@ from chaos.observe import pending_hints, read_repairs, status
 from dht.testbed import Testbed
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node, wait_for
+from tests.spec.rules import rule
 
 # From the heal: the breaker's cooldown (0.5 s), a delivery round (0.2 s), and slack.
 HANDOFF_DEADLINE = 5.0
@@ -42,6 +43,7 @@ def heal_and_await_handoff(
     return delay
 
 
+@rule("9.6")
 def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_bounded_time(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -67,6 +69,7 @@ def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_boun
     assert sum(int(status(node)["hints_delivered"]) for node in coordinators) == len(written)
 
 
+@rule("9.6", "10.1")
 def test_hints_survive_a_restart_of_the_hint_holder(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:

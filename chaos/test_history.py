@@ -114,7 +114,7 @@ def test_a_put_after_an_acknowledged_delete_may_bring_the_key_back() -> None:
 
 
 def test_writes_closer_than_the_clock_guarantee_count_as_concurrent() -> None:
-    # SPEC.md section 3 orders writes only 10 ms apart: 2 ms apart may tie either way.
+    # SPEC.md rule 8.3 orders writes only 10 ms apart: 2 ms apart may tie either way.
     history = [put("a", b"a1", 0.0, 0.100, 201), put("a", b"a2", 0.102, 0.2, 201)]
     assert check(history, {"a": b"a1"}).ok
     assert not check(history, {"a": b"a1"}, clock_slack=0.0).ok

@@ -1,4 +1,4 @@
-"""Read repair through real Toxiproxy faults (SPEC.md section 4): a GET brings stale
+"""Read repair through real Toxiproxy faults (SPEC.md rule 9.5): a GET brings stale
 replicas up to the newest version it saw, and never pushes an older version over a newer
 one."""
 
@@ -10,12 +10,14 @@ from chaos.flags import FAST_FAULTS
 from chaos.observe import holds, pending_hints, read_repairs, record_of
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import wait_for
+from tests.spec.rules import rule
 
 REPAIR_DEADLINE = 5.0
 # How long Toxiproxy holds back the stale replica's answers in the race.
 HELD_BACK = 1.0
 
 
+@rule("9.5")
 def test_a_replica_cut_off_during_a_quorum_write_is_repaired_by_the_next_read(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
@@ -42,6 +44,7 @@ def test_a_replica_cut_off_during_a_quorum_write_is_repaired_by_the_next_read(
     assert read_repairs(reader) > 0
 
 
+@rule("9.5", "8.3")
 def test_read_repair_never_overwrites_a_newer_value(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:

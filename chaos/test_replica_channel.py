@@ -24,6 +24,7 @@ from dht.peers import Peer, PeerError
 from dht.record import Record
 from dht.ring import Ring
 from tests.fixtures import ChaosClusterFactory
+from tests.spec.rules import rule
 
 IN_FLIGHT = 200
 TIMEOUT = 0.5
@@ -80,6 +81,7 @@ FAULTS = {
 }
 
 
+@rule("11.2", "9.1")
 @pytest.mark.parametrize("name", FAULTS)
 async def test_a_fault_fails_every_call_in_flight_within_the_deadline_and_the_link_recovers(
     start_chaos_cluster: ChaosClusterFactory, tmp_path: Any, name: str

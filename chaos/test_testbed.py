@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from tests.fixtures import ChaosClusterFactory
+from tests.spec.rules import rule
 
 
+@rule("3.4")
 def test_cutting_every_link_of_a_node_fails_quorum_writes_through_it(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:

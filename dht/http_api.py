@@ -1,4 +1,4 @@
-"""The client API v0 (SPEC.md section 2): parse, call the coordinator, respond.
+"""The client API v0 (SPEC.md sections 1, 2 and 7): parse, call the coordinator, respond.
 
 All status-code decisions for coordinator outcomes live here; `dht.http_server` routes
 requests and maps malformed input. Errors carry a short plain-text reason.

@@ -1,4 +1,4 @@
-"""This node's side of node-to-node traffic (SPEC.md section 6): the replica channel's
+"""This node's side of node-to-node traffic (SPEC.md section 11): the replica channel's
 calls and the local range stream over HTTP under /internal/.
 
 These never coordinate or forward anything: a replica read or write touches this node's

@@ -51,7 +51,9 @@ from dht.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
 T = TypeVar("T")
 
 HOST = "127.0.0.1"
-READY_DEADLINE = 15.0
+# How long a node may take to answer /v0/status after its start (the conformance kit's
+# --start-timeout); rule 1.1's own one second is checked by its test.
+READY_DEADLINE = float(os.environ.get("DHT_START_TIMEOUT", "15"))
 STOP_DEADLINE = 10.0
 # The smallest non-empty key: a range from it takes every key (a start must not be empty).
 LOWEST_KEY = "\x00"
@@ -65,8 +67,27 @@ def node_command_template() -> str:
     return os.environ.get("DHT_NODE_COMMAND", DEFAULT_COMMAND)
 
 
+def testing_dht_itself() -> bool:
+    """True unless DHT_NODE_COMMAND points the tests at another implementation."""
+    return node_command_template() == DEFAULT_COMMAND
+
+
+def dht_tuning(*flags: str) -> list[str]:
+    """Flags a test passes to dht's nodes only: to make it steadier (a longer --timeout,
+    patient breakers) or to bring a limit within its reach (a lower --max-in-flight).
+    Another implementation, which has flags of its own, is started without them; a
+    rule never depends on them."""
+    return list(flags) if testing_dht_itself() else []
+
+
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+def excerpt(data: bytes, limit: int = 60) -> str:
+    """Bytes as a report shows them: their start, and their size when cut."""
+    shown = repr(data[:limit])
+    return shown if len(data) <= limit else f"{shown}... ({len(data)} bytes)"
 
 
 @dataclass
@@ -74,6 +95,10 @@ class Response:
     status: int
     body: bytes
     headers: dict[str, str]
+    seconds: float = 0.0  # from sending the request to the end of the answer
+
+    def __repr__(self) -> str:
+        return f"<{self.status} {excerpt(self.body)} after {self.seconds * 1000:.0f} ms>"
 
     @property
     def text(self) -> str:
@@ -94,13 +119,25 @@ def request(
     """One HTTP request on a fresh connection; raises OSError if nothing answers."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout)
+    started = time.monotonic()
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         connection.request(method, target, body=body, headers=headers or {})
         response = connection.getresponse()
-        return Response(response.status, response.read(), dict(response.getheaders()))
+        body = response.read()
+        elapsed = time.monotonic() - started
+        return Response(response.status, body, dict(response.getheaders()), elapsed)
     finally:
         connection.close()
+
+
+def expect(response: Response, status: int, body: bytes | None = None, context: str = "") -> None:
+    """Asserts an answer's status (and body), failing with what was expected and what
+    came back, as the conformance report shows it: `expected 200 b'v', got <404 ...>`."""
+    if response.status == status and (body is None or response.body == body):
+        return
+    wanted = f"{status}" if body is None else f"{status} {excerpt(body)}"
+    raise AssertionError(f"{context + ': ' if context else ''}expected {wanted}, got {response!r}")
 
 
 def wait_for(probe: Callable[[], T], done: Callable[[T], bool], deadline: float = 5.0) -> T:
@@ -193,6 +230,9 @@ class Node:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    def __repr__(self) -> str:
+        return f"Node({self.url})"
+
     def command(self) -> list[str]:
         line = node_command_template().format(
             port=self.port,
@@ -219,14 +259,20 @@ class Node:
         while time.monotonic() - started < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"node {self.url} exited: {self.log_tail()}")
+                raise RuntimeError(
+                    f"node {self.url} exited with code {self.process.returncode} before "
+                    f"/v0/status answered 200; {self.last_log_line()}\n{self.log_tail()}"
+                )
             try:
                 if request("GET", self.url + "/v0/status", timeout=1.0).status == 200:
                     return time.monotonic() - started
             except OSError:
                 pass
             time.sleep(0.02)
-        raise RuntimeError(f"node {self.url} not ready in {deadline}s: {self.log_tail()}")
+        raise RuntimeError(
+            f"node {self.url}: /v0/status did not answer 200 within {deadline} s of the "
+            f"start; {self.last_log_line()}\n{self.log_tail()}"
+        )
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL past the deadline; returns the exit code."""
@@ -234,6 +280,18 @@ class Node:
 
     def kill(self) -> int | None:
         return self._signal(signal.SIGKILL)
+
+    def stop_timed(self, signum: signal.Signals, within: float) -> tuple[int | None, float]:
+        """Sends `signum` and waits up to `within` seconds for the exit; returns the exit
+        code (None if still running) and the seconds it took."""
+        assert self.process is not None
+        started = time.monotonic()
+        self.process.send_signal(signum)
+        try:
+            code: int | None = self.process.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            code = None
+        return code, time.monotonic() - started
 
     def restart(self) -> None:
         self.stop()
@@ -254,6 +312,11 @@ class Node:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+    def last_log_line(self) -> str:
+        """The node's last words (an error, usually), for a one-line failure."""
+        lines = [line for line in self.log_tail().splitlines() if line.strip()]
+        return f"its last log line: {lines[-1].strip()}" if lines else "it logged nothing"
 
     def log_tail(self, lines: int = 20) -> str:
         if self.log_path is None or not self.log_path.exists():

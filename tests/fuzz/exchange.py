@@ -110,7 +110,7 @@ def _parse_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
     return int(code), headers
 
 
-def _dechunk(data: bytes) -> tuple[bytes, int] | None:
+def dechunk(data: bytes) -> tuple[bytes, int] | None:
     """The body of a chunked stream at the start of `data` and the bytes it takes (with
     any trailers); None while it is incomplete."""
     body = bytearray()
@@ -153,7 +153,7 @@ def parse_answer(data: bytes, head_method: bool, at_eof: bool) -> Answer | None:
     if head_method or status in (101, 204, 304):
         return Answer(status, headers, b"")
     if (_header(headers, "transfer-encoding") or "").lower() == "chunked":
-        dechunked = _dechunk(rest)
+        dechunked = dechunk(rest)
         return None if dechunked is None else Answer(status, headers, dechunked[0])
     length = _header(headers, "content-length")
     if length is not None:

@@ -1,6 +1,6 @@
-"""A model-based test of the client API (SPEC.md section 2): random sequences of PUT,
-GET, DELETE and range requests against real nodes and against a Python dict, which must
-agree after every step.
+"""A model-based test of the client API (SPEC.md sections 1 and 2, rule 7.5): random
+sequences of PUT, GET, DELETE and range requests against real nodes and against a Python
+dict, which must agree after every step.
 
 Keys are arbitrary non-empty byte strings, sent percent-encoded byte for byte: the spec
 makes a key exactly the bytes its percent-decoding gives, so %FF, %FE and %EF%BF%BD are
@@ -44,7 +44,7 @@ keys_strategy: st.SearchStrategy[bytes] = st.one_of(
     piece_keys, piece_keys, st.binary(min_size=1, max_size=64)
 )
 values_strategy = st.binary(max_size=4096)
-# SPEC.md section 3: a write at least 10 ms after another is newer, whichever node
+# SPEC.md rule 8.3: a write at least 10 ms after another is newer, whichever node
 # coordinates each; two writes through one coordinator are always ordered.
 ORDERING_PAUSE = 0.011
 # The smallest key there is: a range from it holds every key.
@@ -126,7 +126,7 @@ def store_machine(nodes: Sequence[Node], traffic: Traffic) -> type[RuleBasedStat
 
         def before_write(self, key: bytes, via: int) -> None:
             """Waits until a write through `via` is sure to be newer than the key's last
-            write, if that went through another coordinator (SPEC.md section 3)."""
+            write, if that went through another coordinator (SPEC.md rule 8.3)."""
             previous = last_write.get(key)
             if previous is not None and previous[0] != via:
                 time.sleep(max(0.0, previous[1] + ORDERING_PAUSE - time.monotonic()))

@@ -1,4 +1,4 @@
-"""The per-peer circuit breaker (SPEC section 4), driven by a fake clock."""
+"""The per-peer circuit breaker (SPEC.md rule 9.3), driven by a fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The hybrid logical clock (SPEC section 3: every write carries a version)."""
+"""The hybrid logical clock (SPEC.md rules 8.3 and 8.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stored records: byte encoding and last-write-wins order (SPEC sections 3 and 5)."""
+"""Stored records: byte encoding and last-write-wins order (SPEC.md rules 8.3 and 10.1)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from dht.clock import MAX_VERSION, version_at
 from dht.record import FORMAT_V1, CorruptRecord, Record, decode, encode, newest
+from tests.spec.rules import rule
 
 VERSION = version_at(1_700_000_000_000, 3)
 HEADER_SIZE = 10  # format byte, 8-byte version, flags byte
@@ -37,6 +38,7 @@ def test_encode_then_decode_gives_back_the_same_record(record: Record) -> None:
     assert decode(data) == record
 
 
+@rule("10.1", "11.1")
 def test_the_encoding_is_format_byte_version_flags_value() -> None:
     assert encode(Record.live(VERSION, b"abc")) == header() + b"abc"
     assert encode(Record.deleted(VERSION)) == header(flags=0x01)
@@ -84,6 +86,7 @@ def test_anything_supersedes_no_record() -> None:
     assert Record.deleted(1).supersedes(None)
 
 
+@rule("8.3")
 def test_equal_versions_are_ordered_tombstone_first_then_larger_value() -> None:
     ranked = [  # best first
         Record.deleted(VERSION),

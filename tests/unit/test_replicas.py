@@ -1,4 +1,4 @@
-"""The `replicas=ack/from` parameter (SPEC sections 2 and 3)."""
+"""The `replicas=ack/from` parameter (SPEC.md rules 1.8 and 3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The consistent-hash ring (SPEC section 3: placement of keys on replicas)."""
+"""The consistent-hash ring (SPEC.md rule 8.1: placement of keys on replicas)."""
 
 from __future__ import annotations
 

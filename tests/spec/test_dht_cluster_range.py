@@ -1,4 +1,4 @@
-"""SPEC.md sections 2 and 3, `GET /v0/entities` on real clusters: the range spans every
+"""SPEC.md rule 8.5, `GET /v0/entities` on real clusters: the range spans every
 node's shard, merges copies by key keeping the newest version, drops tombstones, and
 needs N - quorum(N) + 1 nodes to answer.
 
@@ -8,10 +8,15 @@ the answer is read chunk by chunk (`Node.range_chunks`).
 
 from __future__ import annotations
 
+import pytest
+
 from dht.record import Record
 from dht.replica_protocol import Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 PATIENT_BREAKERS = ["--breaker-threshold", "100"]
 # Keys whose byte order differs from a case-insensitive or numeric order, and a key
@@ -48,6 +53,7 @@ def write_then_delete_some(cluster: Cluster, replicas: str | None) -> dict[str, 
     return live
 
 
+@rule("8.5")
 def test_range_from_every_node_spans_the_cluster_in_byte_order(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -58,6 +64,7 @@ def test_range_from_every_node_spans_the_cluster_in_byte_order(
         assert entries(node, "B", "key-2") == expected(live, "B", "key-2"), node.url
 
 
+@rule("8.5", "11.3")
 def test_range_merges_the_shards_of_every_node(start_cluster: ClusterFactory) -> None:
     """With one copy of each key, the range must read every node to see every key."""
     cluster = start_cluster(3)
@@ -68,6 +75,7 @@ def test_range_merges_the_shards_of_every_node(start_cluster: ClusterFactory) ->
         assert entries(node, "0") == expected(live, "0"), node.url
 
 
+@rule("8.5")
 def test_range_keeps_the_newest_version_of_each_key_and_drops_tombstones(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -93,6 +101,7 @@ def test_range_keeps_the_newest_version_of_each_key_and_drops_tombstones(
         assert entries(node, "a") == want, node.url
 
 
+@rule("8.5")
 def test_range_with_one_of_three_nodes_down_sees_every_quorum_write(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -103,6 +112,7 @@ def test_range_with_one_of_three_nodes_down_sees_every_quorum_write(
         assert entries(node, "0") == expected(live, "0"), node.url
 
 
+@rule("8.5")
 def test_range_with_two_of_three_nodes_down_answers_504(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3, PATIENT_BREAKERS)
     assert cluster[0].put("k", b"v").status == 201
@@ -113,6 +123,7 @@ def test_range_with_two_of_three_nodes_down_answers_504(start_cluster: ClusterFa
     assert "Not Enough Replicas" in response.text
 
 
+@rule("8.5")
 def test_range_on_two_nodes_answers_with_one_down(start_cluster: ClusterFactory) -> None:
     """N - quorum(N) + 1 is 1 on two nodes: with 2/2 writes either node has every key."""
     cluster = start_cluster(2, PATIENT_BREAKERS)
@@ -121,6 +132,7 @@ def test_range_on_two_nodes_answers_with_one_down(start_cluster: ClusterFactory)
     assert entries(cluster[1], "0") == expected(live, "0")
 
 
+@rule("8.5")
 def test_range_bounds_that_need_percent_encoding_reach_every_node_intact(
     start_cluster: ClusterFactory,
 ) -> None:

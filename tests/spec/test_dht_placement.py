@@ -1,4 +1,4 @@
-"""SPEC.md sections 3 and 6 on real clusters: which nodes hold a key, and how many.
+"""SPEC.md sections 8 and 11 on real clusters: which nodes hold a key, and how many.
 
 Copies are counted on each node's own storage, read through the internal range
 (`Node.local_records`), which is never coordinated. Writes beyond the A acknowledged ones
@@ -13,6 +13,9 @@ from dht.record import Record
 from dht.replica_protocol import RecordAbsent, RecordFound, Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 KEYS = [f"key-{i:03d}" for i in range(30)]
 
@@ -37,47 +40,21 @@ def put_through_every_node(cluster: Cluster, keys: list[str], replicas: str) -> 
         assert response.status == 201, (key, response.status, response.text)
 
 
-@pytest.mark.parametrize("size", [2, 3])
-def test_every_node_sees_a_write_through_another_node(
-    start_cluster: ClusterFactory, size: int
-) -> None:
-    cluster = start_cluster(size)
-    for key in KEYS[:10]:
-        assert cluster[0].put(key, b"value of " + key.encode()).status == 201
-    for node in cluster:
-        for key in KEYS[:10]:
-            response = node.get(key)
-            assert (response.status, response.body) == (200, b"value of " + key.encode()), (
-                node.url,
-                key,
-            )
-
-
-@pytest.mark.parametrize("size", [2, 3])
-def test_every_node_sees_a_delete_through_another_node(
-    start_cluster: ClusterFactory, size: int
-) -> None:
-    cluster = start_cluster(size)
-    for key in KEYS[:10]:
-        assert cluster[0].put(key, b"doomed").status == 201
-        assert cluster[1].delete(key).status == 202
-    for node in cluster:
-        for key in KEYS[:10]:
-            assert node.get(key).status == 404, (node.url, key)
-
-
+@rule("8.2")
 def test_replicas_1_of_1_keeps_exactly_one_copy(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3)
     put_through_every_node(cluster, KEYS, "1/1")
     assert copy_counts(cluster, KEYS) == dict.fromkeys(KEYS, 1)
 
 
+@rule("8.2")
 def test_replicas_2_of_2_keeps_exactly_two_copies(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3)
     put_through_every_node(cluster, KEYS, "2/2")
     assert copy_counts(cluster, KEYS) == dict.fromkeys(KEYS, 2)
 
 
+@rule("8.2")
 def test_replicas_1_of_2_writes_the_second_copy_in_the_background(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -87,6 +64,7 @@ def test_replicas_1_of_2_writes_the_second_copy_in_the_background(
     assert counts == dict.fromkeys(KEYS, 2)
 
 
+@rule("8.2")
 def test_replicas_1_of_3_writes_every_copy_in_the_background(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -95,6 +73,7 @@ def test_replicas_1_of_3_writes_every_copy_in_the_background(
     wait_for(lambda: copy_counts(cluster, KEYS), lambda c: set(c.values()) == {3})
 
 
+@rule("8.1")
 def test_replica_set_is_the_same_whichever_node_coordinates(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -111,6 +90,7 @@ def test_replica_set_is_the_same_whichever_node_coordinates(
         assert cluster[owner].local_records()[key].value == f"{key} via 2".encode()
 
 
+@rule("8.1")
 def test_replica_set_for_fewer_copies_is_a_prefix_of_the_larger_set(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -130,6 +110,7 @@ def test_replica_set_for_fewer_copies_is_a_prefix_of_the_larger_set(
         ), (key, pair, values)
 
 
+@rule("8.1")
 def test_keys_spread_evenly_over_the_nodes(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3)
     keys = [f"spread-{i}" for i in range(300)]
@@ -139,8 +120,9 @@ def test_keys_spread_evenly_over_the_nodes(start_cluster: ClusterFactory) -> Non
     assert min(per_node) >= 50, per_node  # at least half of the fair share of 100
 
 
+@rule("11.1")
 def test_internal_write_is_never_forwarded(start_cluster: ClusterFactory) -> None:
-    """SPEC.md section 6: a replica write touches the receiving node's storage only."""
+    """A replica write touches the receiving node's storage only."""
     cluster = start_cluster(3)
     keys = KEYS[:10]
     for key in keys:
@@ -148,6 +130,7 @@ def test_internal_write_is_never_forwarded(start_cluster: ClusterFactory) -> Non
     assert holders(cluster, keys) == {key: [0] for key in keys}
 
 
+@rule("11.1")
 def test_internal_read_is_never_forwarded(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3)
     key = KEYS[0]

@@ -1,4 +1,4 @@
-"""SPEC.md section 4: a full disk is a clear, recoverable state. Below its free-space
+"""SPEC.md rule 9.7: a full disk is a clear, recoverable state. Below its free-space
 reserve a node answers writes with 507 and serves reads, writes resume by themselves once
 space is back, the node restarts on the full volume, and in a cluster a full replica is
 a failed replica whose writes wait in hints.
@@ -20,6 +20,9 @@ import pytest
 from dht.replica_protocol import RecordFound
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node, request, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 MiB = 1024 * 1024
 VOLUME_MIB = 96
@@ -51,6 +54,7 @@ def disk_status(node: Node) -> dict[str, object]:
     return disk
 
 
+@rule("9.7")
 def test_a_full_volume_refuses_writes_with_507_serves_reads_and_recovers(
     start_cluster: ClusterFactory, small_volume: Path
 ) -> None:
@@ -99,6 +103,7 @@ def test_a_full_volume_refuses_writes_with_507_serves_reads_and_recovers(
     )
 
 
+@rule("9.7")
 def test_a_full_replica_counts_as_failed_and_gets_its_writes_by_hints_once_freed(
     start_cluster: ClusterFactory, small_volume: Path
 ) -> None:

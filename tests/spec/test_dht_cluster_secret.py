@@ -1,4 +1,4 @@
-"""SPEC.md section 6: with a cluster secret set, a client cannot forge a version or a
+"""SPEC.md rules 11.4 and 11.5: with a cluster secret set, a client cannot forge a version or a
 replica write; the nodes themselves, carrying the secret, replicate as usual. Internal
 traffic carries the sender's ring identity, and a node with another ring refuses it."""
 
@@ -8,12 +8,17 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from dht.clock import version_at, wall_clock_ms
 from dht.record import Record
 from dht.replica_protocol import PutRecord, RecordAbsent, RecordFound, Refused, Stored
 from dht.wire import RING_HEADER, SECRET_HEADER
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, free_ports, peer_hello, replica_call, request
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 
 def write_with(node: Node, key: str, **hello: str) -> object:
@@ -27,6 +32,7 @@ def write_with(node: Node, key: str, **hello: str) -> object:
     )
 
 
+@rule("11.4")
 def test_with_a_secret_a_channel_without_it_is_refused(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3, ["--secret", "s3cret"])
     assert cluster[0].put("account", b"real").status == 201
@@ -45,6 +51,7 @@ def test_with_a_secret_a_channel_without_it_is_refused(start_cluster: ClusterFac
         assert (answer.status, answer.body) == (200, b"real")
 
 
+@rule("11.4")
 def test_with_a_secret_nodes_still_replicate_and_read_each_other(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -59,6 +66,7 @@ def test_with_a_secret_nodes_still_replicate_and_read_each_other(
     assert found.record.value == b"forged"
 
 
+@rule("11.4")
 def test_without_a_secret_a_replica_write_with_a_sane_version_is_taken(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -70,6 +78,7 @@ def test_without_a_secret_a_replica_write_with_a_sane_version_is_taken(
     assert "no --secret" in node.log_tail()
 
 
+@rule("11.5")
 def test_a_peer_with_another_ring_is_refused_on_the_channel_and_over_http(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -85,6 +94,7 @@ def test_a_peer_with_another_ring_is_refused_on_the_channel_and_over_http(
     assert "0123456789abcdef" in conflict.text
 
 
+@rule("11.5")
 def test_a_peer_speaking_another_protocol_version_is_refused(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -100,6 +110,7 @@ def test_a_peer_speaking_another_protocol_version_is_refused(
     assert node.get("k").status == 404
 
 
+@rule("11.5")
 def test_nodes_started_with_different_cluster_lists_do_not_ack_for_each_other(
     tmp_path: Path,
 ) -> None:

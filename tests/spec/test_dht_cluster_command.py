@@ -1,5 +1,5 @@
-"""`python -m dht cluster` (SPEC.md section 1): one command starts a local cluster that
-serves, and is closed to forged replica writes out of the box (section 6)."""
+"""`python -m dht cluster` (SPEC.md rule 6.6): one command starts a local cluster that
+serves, and is closed to forged replica writes out of the box (rule 11.4)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from dht.clock import version_at, wall_clock_ms
 from dht.record import Record
 from dht.replica_protocol import PutRecord, Refused
 from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 
+@rule("6.6", "11.4")
 def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated_secret(
     tmp_path: Path,
 ) -> None:

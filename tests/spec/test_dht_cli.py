@@ -1,9 +1,10 @@
-"""SPEC.md section 1, the command line of this implementation (`python -m dht`): help,
-flags, and the errors a node that cannot start reports."""
+"""SPEC.md section 6: dht's command line (`python -m dht`): help, flags, the errors a
+node that cannot start reports, and the exit code of a graceful stop."""
 
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -12,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher import HOST, Node, free_port
+from tests.fixtures import ClusterFactory
+from tests.launcher import HOST, Node, free_port, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_WITHIN = 10.0
+STOP_WITHIN = 5.0
 
 
 def run_dht(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,6 +58,7 @@ class CommandLineNode(Node):
         return self.argv
 
 
+@rule("6.3")
 @pytest.mark.parametrize("args", [["--help"], ["node", "--help"], ["cluster", "--help"]])
 def test_help_exits_0(args: list[str]) -> None:
     result = run_dht(*args)
@@ -59,6 +66,7 @@ def test_help_exits_0(args: list[str]) -> None:
     assert "usage" in result.stdout.lower()
 
 
+@rule("6.3")
 @pytest.mark.parametrize(
     ("flag", "default"),
     [("--timeout", "1.0"), ("--breaker-threshold", "5"), ("--breaker-cooldown", "2.0")],
@@ -87,6 +95,7 @@ BAD_FLAGS = {
 }
 
 
+@rule("6.4")
 @pytest.mark.parametrize(("override", "mentions"), BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
 def test_node_with_a_bad_flag_exits_nonzero_with_a_one_line_error(
     tmp_path: Path, override: list[str], mentions: str
@@ -97,6 +106,7 @@ def test_node_with_a_bad_flag_exits_nonzero_with_a_one_line_error(
     assert_one_line_error(run_dht(*args), mentions)
 
 
+@rule("6.4")
 @pytest.mark.parametrize("missing", ["--port", "--data-dir", "--cluster"])
 def test_node_without_a_required_flag_exits_nonzero_with_a_one_line_error(
     tmp_path: Path, missing: str
@@ -108,6 +118,7 @@ def test_node_without_a_required_flag_exits_nonzero_with_a_one_line_error(
     assert_one_line_error(run_dht(*args), missing)
 
 
+@rule("6.4")
 def test_node_on_a_taken_port_exits_nonzero_with_a_one_line_error(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind((HOST, 0))
@@ -117,6 +128,7 @@ def test_node_on_a_taken_port_exits_nonzero_with_a_one_line_error(tmp_path: Path
     assert_one_line_error(result, str(port))
 
 
+@rule("6.4")
 def test_node_on_a_data_dir_in_use_exits_nonzero_with_a_one_line_error(node: Node) -> None:
     port = free_port()
     result = run_dht(*node_args(port, node.data_dir, f"http://127.0.0.1:{port}"))
@@ -125,6 +137,7 @@ def test_node_on_a_data_dir_in_use_exits_nonzero_with_a_one_line_error(node: Nod
     assert node.put("k", b"v").status == 201, "the node owning the data dir still serves"
 
 
+@rule("6.1", "6.2")
 def test_self_defaults_to_the_cluster_entry_with_this_port_and_hosts_may_be_names(
     tmp_path: Path,
 ) -> None:
@@ -141,6 +154,7 @@ def test_self_defaults_to_the_cluster_entry_with_this_port_and_hosts_may_be_name
         node.stop()
 
 
+@rule("6.4")
 def test_node_on_a_damaged_data_dir_exits_nonzero_naming_the_folder_and_the_repair(
     tmp_path: Path,
 ) -> None:
@@ -162,3 +176,33 @@ def test_node_on_a_damaged_data_dir_exits_nonzero_naming_the_folder_and_the_repa
     node.start()
     assert node.get("kept").body == b"v"
     node.stop()
+
+
+@rule("6.5")
+def test_sigterm_stops_the_node_with_exit_code_0_within_a_few_seconds(node: Node) -> None:
+    code, elapsed = node.stop_timed(signal.SIGTERM, STOP_WITHIN)
+    assert code == 0, node.log_tail()
+    assert elapsed < STOP_WITHIN
+
+
+@rule("6.5")
+def test_ctrl_c_stops_the_node_with_exit_code_0_within_a_few_seconds(node: Node) -> None:
+    code, elapsed = node.stop_timed(signal.SIGINT, STOP_WITHIN)
+    assert code == 0, node.log_tail()
+    assert elapsed < STOP_WITHIN
+
+
+@rule("6.5")
+def test_sigterm_stops_the_node_within_a_few_seconds_despite_a_stalled_request(
+    start_cluster: ClusterFactory,
+) -> None:
+    node = start_cluster(1, ["--max-in-flight", "1"])[0]
+    with socket.create_connection((HOST, node.port), timeout=10.0) as stalled:
+        stalled.sendall(
+            b"PUT /v0/entity?id=stalled HTTP/1.1\r\nHost: dht\r\nContent-Length: 10\r\n\r\nx"
+        )
+        # With one slot, a 503 to another request proves the stalled one is in flight.
+        wait_for(lambda: node.get("other").status, lambda status: status == 503)
+        code, elapsed = node.stop_timed(signal.SIGTERM, STOP_WITHIN)
+    assert code == 0, node.log_tail()
+    assert elapsed < STOP_WITHIN

@@ -1,4 +1,4 @@
-"""SPEC.md section 4: a node bounds the bytes of values it holds; past the bound a PUT
+"""SPEC.md rule 7.7: a node bounds the bytes of values it holds; past the bound a PUT
 gets 503 with Retry-After at once, before its body is read, and the node serves on."""
 
 from __future__ import annotations
@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
+
 from dht.clock import version_at, wall_clock_ms
 from dht.record import Record
 from dht.replica_protocol import Failed, PutRecord, ReplicaCodec, Stored, Welcome, Why
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 BUDGET = 100_000
 MiB = 1024 * 1024
@@ -38,6 +43,7 @@ def in_flight(node: Node) -> int:
     return int(json.loads(request("GET", node.url + "/v0/status").body)["bytes_in_flight"])
 
 
+@rule("7.7")
 def test_a_put_past_the_byte_budget_gets_503_before_its_body_is_sent(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -61,6 +67,7 @@ def test_a_put_past_the_byte_budget_gets_503_before_its_body_is_sent(
     assert status["byte_budget_refusals"] == 1
 
 
+@rule("7.7")
 def test_a_chunked_put_is_admitted_chunk_by_chunk_and_refused_once_past_the_budget(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -86,6 +93,7 @@ def next_answer(sock: socket.socket, codec: ReplicaCodec) -> object:
             codec.receive_data(sock.recv(65536))
 
 
+@rule("7.7")
 def test_a_replica_write_past_the_byte_budget_is_declined_unread_on_the_channel(
     start_cluster: ClusterFactory,
 ) -> None:

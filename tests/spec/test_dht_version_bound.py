@@ -1,4 +1,4 @@
-"""SPEC.md section 3: a version from another node is taken only if it is at most
+"""SPEC.md rule 8.4: a version from another node is taken only if it is at most
 --max-clock-drift ahead of this node's clock, so no forged version and no node with a
 runaway clock can break writes or push the cluster into the future."""
 
@@ -7,11 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from dht.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.record import Record
 from dht.replica_protocol import Failed, RecordFound, Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node, request, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 YEAR = 365 * 24 * 3600
 
@@ -21,6 +26,7 @@ def status(node: Node) -> dict[str, Any]:
     return answer
 
 
+@rule("8.4")
 def test_a_forged_maximal_version_is_refused_and_every_write_still_works(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -39,6 +45,7 @@ def test_a_forged_maximal_version_is_refused_and_every_write_still_works(
     assert "refused a replica write of b'victim'" in node.log_tail()
 
 
+@rule("8.4")
 def test_a_version_within_the_drift_is_taken_and_one_past_it_is_not(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -52,6 +59,7 @@ def test_a_version_within_the_drift_is_taken_and_one_past_it_is_not(
     assert node.get("near").body == b"later"
 
 
+@rule("8.4")
 def test_a_node_a_year_ahead_cannot_push_the_cluster_into_the_future(
     start_cluster: ClusterFactory,
 ) -> None:

@@ -1,4 +1,4 @@
-"""SPEC.md section 2: what the node did not foresee is logged once with its traceback and
+"""SPEC.md rule 7.8: what the node did not foresee is logged once with its traceback and
 never hangs a client or stops the node. A record damaged on disk is such a case: the
 local replica's failure counts as a failed replica, and a range that meets it is cut."""
 
@@ -10,6 +10,9 @@ import pytest
 from dht.storage import RECORDS_PREFIX
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
 
 
 def damage(node: Node, key: bytes) -> None:
@@ -20,6 +23,7 @@ def damage(node: Node, key: bytes) -> None:
     node.start()
 
 
+@rule("7.8")
 def test_a_damaged_record_is_a_failed_replica_logged_once_and_the_node_serves_on(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -35,6 +39,7 @@ def test_a_damaged_record_is_a_failed_replica_logged_once_and_the_node_serves_on
     assert node.get("healthy").body == b"v"
 
 
+@rule("7.8")
 def test_a_range_that_meets_a_damaged_record_is_cut_not_finished(
     start_cluster: ClusterFactory,
 ) -> None:

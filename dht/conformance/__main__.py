@@ -1,0 +1,247 @@
+"""`python -m dht.conformance`: grade an implementation of the v0 API by SPEC.md's rules.
+
+It runs the spec tests (tests/spec, in a clone of this repository) of the chosen tiers
+under pytest, each test starting the implementation's own processes from the node
+command, and writes report.md (per tier: rules and tests passed and failed, and one line
+per failed rule) and junit.xml into the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
+from dht.conformance.spec import SPEC_PATH, TIERS, load_rules
+
+REPOSITORY = SPEC_PATH.parent
+SPEC_TESTS = REPOSITORY / "tests" / "spec"
+PLACEHOLDERS = ("{port}", "{data_dir}", "{cluster}", "{self}")
+EPILOG = """\
+The node command is a template run once per node, with these placeholders:
+  {port}      the loopback port this node must listen on (required)
+  {data_dir}  an empty folder for its data, the same one when the node restarts
+  {cluster}   every node's URL, comma-separated (http://127.0.0.1:PORT,...)
+  {self}      this node's URL in that list
+Tiers (SPEC.md part one, then dht's own rules):
+  core         the v0 single-node API: status codes, 400 rules, keys and values
+  range        /v0/entities on one node: bounds, order, one chunk per record
+  replication  replicas=ack/from on 2 and 3 nodes, judged through the public API
+  durability   acknowledged writes survive kill -9 and a graceful restart
+  robustness   bad input, slow and idle clients, bursts: no 5xx but 503/504, no hang
+  dht          this project's own rules (CLI, limits, internal protocol); dht only
+Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
+Example:
+  python -m dht.conformance --tiers core,range \\
+      --node-command 'java -jar my.jar --port {port} --dir {data_dir} --topology {cluster}'
+"""
+
+
+def parse_tiers(text: str) -> tuple[str, ...]:
+    tiers = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [tier for tier in tiers if tier not in TIERS]
+    if unknown or not tiers:
+        raise argparse.ArgumentTypeError(
+            f"unknown tier {', '.join(unknown) or '(none given)'}; choose from {', '.join(TIERS)}"
+        )
+    return tiers
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m dht.conformance",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--node-command",
+        help="the command that starts one node (default: dht's own, python -m dht node)",
+    )
+    parser.add_argument(
+        "--tiers",
+        type=parse_tiers,
+        default=TIERS[:-1],
+        help="comma-separated tiers to run (default: every tier but dht)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("conformance-report"),
+        help="folder for report.md, junit.xml, results.jsonl, pytest.log "
+        "(default: ./conformance-report)",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a node may take to answer /v0/status after its start before the "
+        "rule that started it fails (default: 15; rule 1.1 itself asks for 1 s)",
+    )
+    parser.add_argument(
+        "--rule-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one test may take before it fails as hung (default: 300)",
+    )
+    parser.add_argument(
+        "-k",
+        dest="select",
+        metavar="EXPRESSION",
+        help="only tests whose name matches, as pytest -k (for a re-run of one rule)",
+    )
+    args = parser.parse_args(argv)
+    if args.node_command is not None:
+        if "{port}" not in args.node_command:
+            parser.error("--node-command must contain {port}: where the node listens")
+        try:
+            args.node_command.format(port=0, data_dir="", cluster="", self="")
+        except (KeyError, IndexError, ValueError) as error:
+            parser.error(f"--node-command: bad placeholder {error}; use {', '.join(PLACEHOLDERS)}")
+    return args
+
+
+def pytest_command(args: argparse.Namespace, results: Path) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(SPEC_TESTS),
+        "-m",
+        " or ".join(args.tiers),
+        "-p",
+        "dht.conformance.plugin",
+        f"--conformance-results={results}",
+        f"--junitxml={args.out / 'junit.xml'}",
+        f"--timeout={args.rule_timeout}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rN",
+    ]
+    return command + (["-k", args.select] if args.select else [])
+
+
+def read_results(path: Path) -> list[SpecTestResult]:
+    if not path.exists():
+        return []
+    results = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = json.loads(line)
+        if fields["tier"] is None:
+            continue
+        fields["rules"] = tuple(fields["rules"])
+        results.append(SpecTestResult(**fields))
+    return results
+
+
+def preflight(node_command: str, start_timeout: float) -> str | None:
+    """Starts one node alone, as the tests will, and waits for /v0/status: None when it
+    answered 200, else why not (its exit and last output). A command that cannot start
+    at all is told in one line before a single rule runs, not once per rule."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="dht-conformance-") as data_dir:
+        line = node_command.format(port=port, data_dir=data_dir, cluster=url, self=url)
+        try:
+            process = subprocess.Popen(
+                shlex.split(line), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        except OSError as error:
+            return f"could not run {line!r}: {error}"
+        try:
+            deadline = time.monotonic() + start_timeout
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"{url}/v0/status", timeout=1.0) as answer:
+                        if answer.status == 200:
+                            return None
+                except (OSError, urllib.error.URLError):
+                    time.sleep(0.05)
+        finally:
+            process.kill()
+            output = process.communicate()[0].decode(errors="replace").strip()
+        code = process.returncode
+        last = output.splitlines()[-1] if output else "(no output)"
+        if code is not None and code < 0:  # killed by us: it never answered
+            return (
+                f"{line!r} did not answer /v0/status within {start_timeout} s; last output: {last}"
+            )
+        return f"{line!r} exited with code {code} before answering /v0/status: {last}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not SPEC_TESTS.is_dir():
+        print(f"no spec tests at {SPEC_TESTS}: run the kit from a clone of dht", file=sys.stderr)
+        return 2
+    if args.node_command is not None:
+        problem = preflight(args.node_command, args.start_timeout)
+        if problem is not None:
+            print(f"the node command does not start a node: {problem}", file=sys.stderr)
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.jsonl"
+    results_path.unlink(missing_ok=True)
+    env = os.environ | {"DHT_START_TIMEOUT": str(args.start_timeout)}
+    env.pop("DHT_NODE_COMMAND", None)
+    if args.node_command is not None:
+        env["DHT_NODE_COMMAND"] = args.node_command
+    implementation = args.node_command or "dht (python -m dht node)"
+    started_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    started = time.monotonic()
+    print(f"conformance: tiers {', '.join(args.tiers)} against {implementation}", flush=True)
+    with (args.out / "pytest.log").open("wb") as log:
+        pytest = subprocess.run(
+            pytest_command(args, results_path.resolve()),
+            cwd=REPOSITORY,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    results = read_results(results_path)
+    # pytest's 0 and 1 are "all passed" and "some failed"; anything else (a usage or
+    # collection error, no test selected) means the rules were never run.
+    if pytest.returncode not in (0, 1) or not results:
+        log_tail = (args.out / "pytest.log").read_text(errors="replace").splitlines()[-15:]
+        print(
+            f"the run itself failed (pytest exit {pytest.returncode}); the end of "
+            f"{args.out / 'pytest.log'}:\n" + "\n".join(log_tail),
+            file=sys.stderr,
+        )
+        return 2
+    facts = RunFacts(
+        command=implementation,
+        tiers=args.tiers,
+        started=started_at,
+        seconds=time.monotonic() - started,
+        spec_link=os.path.relpath(SPEC_PATH, args.out.resolve()),
+    )
+    report = render(results, load_rules(), facts)
+    (args.out / "report.md").write_text(report, encoding="utf-8")
+    for count in count_tiers(results, args.tiers):
+        print(
+            f"  {count.tier:<12} {count.verdict:<8} rules {count.rules_passed}/"
+            f"{count.rules_total} passed, tests {count.tests_passed} passed, "
+            f"{count.tests_failed} failed, {count.tests_skipped} skipped"
+        )
+    print(f"report: {args.out / 'report.md'}  junit: {args.out / 'junit.xml'}")
+    return exit_code(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

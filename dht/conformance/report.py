@@ -1,0 +1,151 @@
+"""The conformance report in Markdown (pure): per tier, how many rules and tests passed,
+and for each failed rule one line with the spec's words, the failing test and what it
+expected against what came back."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from dht.conformance.spec import TIERS, Rule
+
+
+@dataclass(frozen=True, slots=True)
+class SpecTestResult:
+    test: str  # the pytest id within its file, e.g. "test_core_api.py::test_put_answers_201"
+    tier: str
+    rules: tuple[str, ...]
+    outcome: str  # passed, failed, skipped, not run
+    message: str  # why it failed or was skipped, one line
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What the report says about the run itself."""
+
+    command: str
+    tiers: tuple[str, ...]
+    started: str  # an ISO time
+    seconds: float
+    spec_link: str  # where a rule's anchor is appended, e.g. "SPEC.md"
+
+
+@dataclass(frozen=True, slots=True)
+class TierCount:
+    tier: str
+    rules_passed: int
+    rules_failed: int
+    rules_total: int
+    tests_passed: int
+    tests_failed: int
+    tests_skipped: int
+
+    @property
+    def verdict(self) -> str:
+        if self.rules_total == 0:
+            return "not run"
+        if self.rules_failed:
+            return "fails"
+        return "passes" if self.tests_passed else "not run"
+
+
+def rule_outcomes(results: Iterable[SpecTestResult]) -> dict[str, list[SpecTestResult]]:
+    """The tests of each rule, by rule number."""
+    by_rule: dict[str, list[SpecTestResult]] = defaultdict(list)
+    for result in results:
+        for number in result.rules:
+            by_rule[number].append(result)
+    return by_rule
+
+
+def failed(result: SpecTestResult) -> bool:
+    return result.outcome in ("failed", "error")
+
+
+def count_tiers(results: list[SpecTestResult], tiers: Iterable[str]) -> list[TierCount]:
+    counts = []
+    for tier in tiers:
+        in_tier = [result for result in results if result.tier == tier]
+        by_rule = rule_outcomes(in_tier)
+        rules_failed = sum(1 for tests in by_rule.values() if any(map(failed, tests)))
+        rules_passed = sum(
+            1
+            for tests in by_rule.values()
+            if not any(map(failed, tests)) and any(t.outcome == "passed" for t in tests)
+        )
+        counts.append(
+            TierCount(
+                tier,
+                rules_passed,
+                rules_failed,
+                len(by_rule),
+                sum(1 for t in in_tier if t.outcome == "passed"),
+                sum(1 for t in in_tier if failed(t)),
+                sum(1 for t in in_tier if t.outcome == "skipped"),
+            )
+        )
+    return counts
+
+
+def render(results: list[SpecTestResult], rules: Mapping[str, Rule], facts: RunFacts) -> str:
+    """The whole report."""
+    counts = count_tiers(results, [tier for tier in TIERS if tier in facts.tiers])
+    lines = [
+        "# Conformance report",
+        "",
+        f"- Implementation: `{facts.command}`",
+        f"- Tiers: {', '.join(facts.tiers)}",
+        f"- Run: {facts.started}, {facts.seconds:.0f} s",
+        "",
+        "| tier | verdict | rules passed | rules failed | rules | tests passed | tests failed "
+        "| tests skipped |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {c.tier} | {c.verdict} | {c.rules_passed} | {c.rules_failed} | {c.rules_total} "
+        f"| {c.tests_passed} | {c.tests_failed} | {c.tests_skipped} |"
+        for c in counts
+    ]
+    by_rule = rule_outcomes(results)
+    for count in counts:
+        failing = [
+            (number, tests)
+            for number, tests in sorted(by_rule.items(), key=lambda item: rule_key(item[0]))
+            if any(t.tier == count.tier and failed(t) for t in tests)
+        ]
+        if not failing:
+            continue
+        lines += ["", f"## {count.tier}: {count.rules_failed} rule(s) failed", ""]
+        for number, tests in failing:
+            lines.append(failed_rule_line(number, tests, rules, facts.spec_link))
+    skipped = [t for t in results if t.outcome == "skipped"]
+    if skipped:
+        lines += ["", "## Skipped", ""]
+        lines += [f"- `{t.test}`: {t.message}" for t in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def failed_rule_line(
+    number: str, tests: list[SpecTestResult], rules: Mapping[str, Rule], spec_link: str
+) -> str:
+    """`- [3.4](SPEC.md#rule-3.4) When fewer than A ...: `test_x`: expected 504, got 201 ...`"""
+    rule = rules.get(number)
+    summary = rule.summary if rule else "(not in this spec)"
+    failures = [t for t in tests if failed(t)]
+    first = failures[0]
+    more = f" (and {len(failures) - 1} more of its {len(tests)} tests)" if len(failures) > 1 else ""
+    return (
+        f"- [**{number}**]({spec_link}#rule-{number}) {summary} "
+        f"— `{first.test}`: {first.message}{more}"
+    )
+
+
+def rule_key(number: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in number.split("."))
+
+
+def exit_code(results: list[SpecTestResult]) -> int:
+    """0 when no test failed, 1 otherwise (as pytest's own)."""
+    return 1 if any(map(failed, results)) else 0

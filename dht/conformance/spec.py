@@ -1,0 +1,71 @@
+"""The rules of SPEC.md, read from the document itself: the kit and the spec tests'
+collection check (tests/spec/conftest.py) share this one reading, so a rule number in a
+test, in the report and in the spec can never drift apart.
+
+A rule is a list item that opens with its anchor and number,
+`- <a id="rule-3.5"></a>**3.5** Quorums that overlap ...`; its section is the number
+before the dot, and sections 1 to 5 are the tiers of part one, every later one `dht`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+TIERS = ("core", "range", "replication", "durability", "robustness", "dht")
+# Sections 1-5 of SPEC.md are the v0 contract's tiers, in this order; 6 and later: dht.
+_SECTION_TIERS = dict(enumerate(TIERS[:-1], start=1))
+SPEC_PATH = Path(__file__).resolve().parents[2] / "SPEC.md"
+
+_RULE = re.compile(r'^- <a id="rule-(?P<number>\d+\.\d+)"></a>\*\*(?P=number)\*\* (?P<text>.*)$')
+_SUMMARY_LENGTH = 110
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    number: str  # "3.5"
+    tier: str
+    summary: str  # the rule's opening words, for a report line
+
+    @property
+    def anchor(self) -> str:
+        return f"rule-{self.number}"
+
+
+def tier_of(number: str) -> str:
+    return _SECTION_TIERS.get(int(number.split(".")[0]), "dht")
+
+
+def read_rules(text: str) -> dict[str, Rule]:
+    """Every rule in a SPEC.md text, by number; raises ValueError on a number given twice."""
+    rules: dict[str, Rule] = {}
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        match = _RULE.match(line)
+        if match is None:
+            continue
+        number = match["number"]
+        if number in rules:
+            raise ValueError(f"rule {number} is numbered twice in SPEC.md")
+        # The item's text goes on over its indented continuation lines.
+        words = [match["text"]]
+        for following in lines[index + 1 :]:
+            if not following.startswith("  ") or following.lstrip().startswith("- "):
+                break
+            words.append(following.strip())
+        rules[number] = Rule(number, tier_of(number), summarize(" ".join(words)))
+    return rules
+
+
+def summarize(text: str) -> str:
+    """The first sentence, cut to a report line's length."""
+    text = re.sub(r"<[^>]+>|\*\*", "", text)
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z`])", text, maxsplit=1)[0]
+    if len(sentence) <= _SUMMARY_LENGTH:
+        return sentence
+    return sentence[: _SUMMARY_LENGTH - 1].rsplit(" ", 1)[0] + "…"
+
+
+def load_rules(path: Path = SPEC_PATH) -> dict[str, Rule]:
+    return read_rules(path.read_text(encoding="utf-8"))
