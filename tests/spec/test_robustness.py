@@ -171,16 +171,7 @@ class RawConnection:
             remaining = deadline - (time.monotonic() - started)
             if remaining <= 0:
                 return ended(End.HUNG)
-            self.sock.settimeout(remaining)
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            except ConnectionResetError:
-                self.reset = True
-                continue
-            self.eof = not data
-            self.buffer += data
+            self.receive(remaining)
 
     def rest(self, deadline: float = HANG_SECONDS) -> bytes:
         """Every byte the node sends from here until it closes (or resets) the connection."""
@@ -188,17 +179,22 @@ class RawConnection:
         while not (self.eof or self.reset):
             remaining = deadline - (time.monotonic() - started)
             assert remaining > 0, f"the connection is still open after {deadline} s"
-            self.sock.settimeout(remaining)
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            except ConnectionResetError:
-                self.reset = True
-                continue
-            self.eof = not data
-            self.buffer += data
+            self.receive(remaining)
         return bytes(self.buffer)
+
+    def receive(self, within: float) -> None:
+        """One read of what the node sent, waiting at most `within` seconds: adds it to
+        the buffer, or notes the close or the reset."""
+        self.sock.settimeout(within)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return
+        except ConnectionResetError:
+            self.reset = True
+            return
+        self.eof = not data
+        self.buffer += data
 
 
 def send_raw(port: int, data: bytes, deadline: float = HANG_SECONDS) -> tuple[Exchange, str | None]:
