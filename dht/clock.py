@@ -84,3 +84,7 @@ class HybridClock:
     @property
     def last(self) -> int:
         return self._last
+
+    def wall_ms(self) -> int:
+        """This node's wall clock (skewed with it in tests): what expiry is judged by."""
+        return self._wall_ms()

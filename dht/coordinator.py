@@ -24,7 +24,7 @@ from dht.disk import DiskFull
 from dht.hints import HintStore
 from dht.log_limits import RateLimitedLog
 from dht.peers import PeerError, Peers, ReplicaFull
-from dht.record import Record, newest
+from dht.record import MAX_COPIES, Record, newest
 from dht.replicas import ReplicaCount, quorum
 from dht.ring import Ring
 from dht.storage import Storage
@@ -115,8 +115,8 @@ class Coordinator:
         repair = _ReadRepair(self, key, tally.answers)
         winner = repair.winner  # of the answers the decision was made on
         tally.on_late(repair.late)
-        if winner is None or winner.tombstone:
-            return Outcome(Status.NOT_FOUND)
+        if winner is None or not winner.live_at(self._clock.wall_ms()):
+            return Outcome(Status.NOT_FOUND)  # absent, deleted or expired
         return Outcome(Status.FOUND, winner.value)
 
     async def put(
@@ -125,14 +125,19 @@ class Coordinator:
         value: bytes,
         replicas: ReplicaCount,
         settled: Callable[[], None] | None = None,
+        ttl_ms: int = 0,
     ) -> Outcome:
         """`settled` is called once no replica call holds the value any more, which may
-        be after the answer (the rest of the replicas are written in the background)."""
-        record = Record.live(self._clock.now(), value)
+        be after the answer (the rest of the replicas are written in the background).
+        With `ttl_ms`, the record expires that long after now, by this node's clock; the
+        expiry travels in the record. Every record carries the F it was written with."""
+        expires_at = self._clock.wall_ms() + ttl_ms if ttl_ms else 0
+        copies = min(replicas.from_, MAX_COPIES)
+        record = Record.live(self._clock.now(), value, expires_at, copies)
         return await self._write(key, record, replicas, Status.STORED, settled)
 
     async def delete(self, key: bytes, replicas: ReplicaCount) -> Outcome:
-        record = Record.deleted(self._clock.now())
+        record = Record.deleted(self._clock.now(), min(replicas.from_, MAX_COPIES))
         return await self._write(key, record, replicas, Status.DELETED)
 
     async def scan(
@@ -159,7 +164,7 @@ class Coordinator:
             for source in sources:
                 await source.aclose()
             raise NotEnoughSources(f"{len(sources)} of {needed} nodes answered")
-        return _merge_newest(sources, needed)
+        return _merge_newest(sources, needed, self._clock.wall_ms())
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -278,10 +283,11 @@ class NotEnoughSources(Exception):
 
 
 async def _merge_newest(
-    sources: list[RecordSource], needed: int
+    sources: list[RecordSource], needed: int, now_ms: int
 ) -> AsyncGenerator[tuple[bytes, bytes], None]:
     """k-way merge of sorted record streams: one entry per key, the newest version,
-    tombstones dropped. Holds one record per source, whatever the size of the range."""
+    tombstones and records expired at `now_ms` dropped. Holds one record per source,
+    whatever the size of the range."""
     heap: list[tuple[bytes, int, Record]] = []
     live = len(sources)
 
@@ -310,7 +316,7 @@ async def _merge_newest(
                 if record.supersedes(best):
                     best = record
                 await advance(other)
-            if not best.tombstone:
+            if best.live_at(now_ms):
                 yield key, best.value
     finally:
         for source in sources:

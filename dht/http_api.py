@@ -96,6 +96,7 @@ class ClientApi:
 
     async def put_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
         key, replicas = self._entity_params(params)
+        ttl_ms = ttl_param(params)
         length = request.content_length
         if length is not None:
             if length > self._max_value_bytes:
@@ -122,7 +123,7 @@ class ClientApi:
                 self._budget.release(held)
 
         try:
-            return respond(await self._coordinator.put(key, value, replicas, release))
+            return respond(await self._coordinator.put(key, value, replicas, release, ttl_ms))
         except BaseException:
             release()
             raise
@@ -202,3 +203,18 @@ class ClientApi:
             return key, parse_replicas(replicas.decode("ascii", "replace"), self._cluster_size)
         except BadReplicas as exc:
             raise BadRequest(str(exc)) from exc
+
+
+# A year: an expiry further out is a mistake (seconds taken for milliseconds, say).
+MAX_TTL_SECONDS = 365 * 24 * 3600
+
+
+def ttl_param(params: Params) -> int:
+    """`ttl=SECONDS` of a PUT in milliseconds, 0 without one: a whole number of seconds
+    from 1 to a year; anything else is a 400."""
+    text = params.get("ttl")
+    if text is None:
+        return 0
+    if not text.isdigit() or not 1 <= int(text) <= MAX_TTL_SECONDS:
+        raise BadRequest(f"ttl must be a whole number of seconds from 1 to {MAX_TTL_SECONDS}")
+    return int(text) * 1000

@@ -1,9 +1,19 @@
-"""A stored version of one key: value, version and tombstone flag, and its byte encoding.
+"""A stored version of one key: value, version, tombstone flag, expiry and copy count, and
+its byte encoding.
 
-Encoding (format 1): one format byte, the version as 8 bytes big-endian, one flags byte
-(bit 0 = tombstone), then the value bytes to the end. A tombstone has an empty value.
-The format byte lets the encoding evolve; an unknown or truncated record is an error,
-never silently read as data.
+Encoding, format 2 (written): one format byte (2), the version as 8 bytes big-endian, one
+flags byte (bit 0 = tombstone), the number of copies the write asked for (`F` of
+`replicas=A/F`, 1 byte, 0 = not known), the expiry as 8 bytes big-endian (milliseconds
+since the epoch, 0 = never), then the value bytes to the end. The expiry is absolute and
+travels inside the record, so every replica, hint, repair and anti-entropy exchange
+agrees on when a record expires; the copy count tells anti-entropy which nodes are to
+hold the record (dht/anti_entropy.py).
+
+Format 1 (read, never written): format byte 1, the version, the flags, then the value:
+records stored before format 2 read as records that never expire, copies not known.
+
+A tombstone has an empty value. An unknown or truncated record is an error, never
+silently read as data.
 """
 
 from __future__ import annotations
@@ -12,8 +22,11 @@ import struct
 from dataclasses import dataclass
 
 FORMAT_V1 = 1
-_HEADER = struct.Struct(">BQB")
+FORMAT_V2 = 2
+_HEADER_V1 = struct.Struct(">BQB")
+_HEADER = struct.Struct(">BQBBQ")
 _TOMBSTONE = 0x01
+MAX_COPIES = 255
 
 
 class CorruptRecord(ValueError):
@@ -25,19 +38,26 @@ class Record:
     version: int
     tombstone: bool
     value: bytes = b""
+    expires_at: int = 0  # wall-clock ms; 0 = never
+    copies: int = 0  # F of the write; 0 = not known (a format-1 record)
 
     @classmethod
-    def live(cls, version: int, value: bytes) -> Record:
-        return cls(version, False, value)
+    def live(cls, version: int, value: bytes, expires_at: int = 0, copies: int = 0) -> Record:
+        return cls(version, False, value, expires_at, copies)
 
     @classmethod
-    def deleted(cls, version: int) -> Record:
-        return cls(version, True, b"")
+    def deleted(cls, version: int, copies: int = 0) -> Record:
+        return cls(version, True, b"", 0, copies)
 
-    def order(self) -> tuple[int, bool, bytes]:
+    def order(self) -> tuple[int, bool, bytes, int, int]:
         """Total order of records: version first; ties (two coordinators issuing the same
-        version) are broken by tombstone then value, so every replica picks the same one."""
-        return (self.version, self.tombstone, self.value)
+        version) are broken by tombstone, value, expiry, copies, so every replica picks
+        the same one."""
+        return (self.version, self.tombstone, self.value, self.expires_at, self.copies)
+
+    def live_at(self, now_ms: int) -> bool:
+        """Whether a read at wall-clock `now_ms` sees a value: not deleted, not expired."""
+        return not self.tombstone and (self.expires_at == 0 or now_ms < self.expires_at)
 
     def supersedes(self, other: Record | None) -> bool:
         """Whether this record should replace `other` under last-write-wins."""
@@ -56,7 +76,8 @@ def newest(records: list[Record | None]) -> Record | None:
 def encode_header(record: Record) -> bytes:
     """The encoding's first bytes; the value follows them (for writers that send the
     value without copying it behind the header)."""
-    return _HEADER.pack(FORMAT_V1, record.version, _TOMBSTONE if record.tombstone else 0)
+    flags = _TOMBSTONE if record.tombstone else 0
+    return _HEADER.pack(FORMAT_V2, record.version, flags, record.copies, record.expires_at)
 
 
 def encode(record: Record) -> bytes:
@@ -66,15 +87,23 @@ def encode(record: Record) -> bytes:
 def decode(data: bytes | memoryview) -> Record:
     """A record from its encoding; a memoryview (of a larger buffer) is read in place
     and only the value is copied out."""
-    if len(data) < _HEADER.size:
+    fmt = data[0] if len(data) else None
+    if fmt == FORMAT_V2 and len(data) >= _HEADER.size:
+        _, version, flags, copies, expires_at = _HEADER.unpack_from(data)
+        header_size = _HEADER.size
+    elif fmt == FORMAT_V1 and len(data) >= _HEADER_V1.size:
+        _, version, flags = _HEADER_V1.unpack_from(data)
+        copies, expires_at, header_size = 0, 0, _HEADER_V1.size
+    elif fmt in (FORMAT_V1, FORMAT_V2):
         raise CorruptRecord(f"record of {len(data)} bytes is shorter than its header")
-    fmt, version, flags = _HEADER.unpack_from(data)
-    if fmt != FORMAT_V1:
+    else:
         raise CorruptRecord(f"unknown record format {fmt}")
     if flags & ~_TOMBSTONE:
         raise CorruptRecord(f"unknown record flags {flags:#x}")
     tombstone = bool(flags & _TOMBSTONE)
-    value = bytes(data[_HEADER.size :])  # no copy when `data` is bytes: slicing made it
+    value = bytes(data[header_size:])  # no copy when `data` is bytes: slicing made it
     if tombstone and value:
         raise CorruptRecord("tombstone with a value")
-    return Record(version, tombstone, value)
+    if tombstone and expires_at:
+        raise CorruptRecord("tombstone with an expiry")
+    return Record(version, tombstone, value, expires_at, copies)

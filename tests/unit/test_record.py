@@ -9,15 +9,23 @@ import struct
 import pytest
 
 from dht.clock import MAX_VERSION, version_at
-from dht.record import FORMAT_V1, CorruptRecord, Record, decode, encode, newest
+from dht.record import FORMAT_V1, FORMAT_V2, CorruptRecord, Record, decode, encode, newest
 from tests.spec.rules import rule
 
 VERSION = version_at(1_700_000_000_000, 3)
-HEADER_SIZE = 10  # format byte, 8-byte version, flags byte
+EXPIRY = 1_700_000_060_000
+HEADER_SIZE = 19  # format byte, 8-byte version, flags, copies, 8-byte expiry
+HEADER_V1_SIZE = 10  # format byte, 8-byte version, flags
 
 
-def header(fmt: int = FORMAT_V1, version: int = VERSION, flags: int = 0) -> bytes:
-    return struct.pack(">BQB", fmt, version, flags)
+def header(
+    fmt: int = FORMAT_V2, version: int = VERSION, flags: int = 0, copies: int = 0, expiry: int = 0
+) -> bytes:
+    return struct.pack(">BQBBQ", fmt, version, flags, copies, expiry)
+
+
+def header_v1(version: int = VERSION, flags: int = 0) -> bytes:
+    return struct.pack(">BQB", FORMAT_V1, version, flags)
 
 
 @pytest.mark.parametrize(
@@ -29,8 +37,19 @@ def header(fmt: int = FORMAT_V1, version: int = VERSION, flags: int = 0) -> byte
         Record.live(MAX_VERSION, random.Random(1).randbytes(4 * 1024 * 1024 + 17)),
         Record.deleted(VERSION),
         Record.deleted(MAX_VERSION),
+        Record.live(VERSION, b"expiring", expires_at=EXPIRY, copies=3),
+        Record.deleted(VERSION, copies=255),
     ],
-    ids=["live", "empty-value", "binary", "large", "tombstone", "tombstone-max-version"],
+    ids=[
+        "live",
+        "empty-value",
+        "binary",
+        "large",
+        "tombstone",
+        "tombstone-max-version",
+        "expiring",
+        "tombstone-with-copies",
+    ],
 )
 def test_encode_then_decode_gives_back_the_same_record(record: Record) -> None:
     data = encode(record)
@@ -39,12 +58,35 @@ def test_encode_then_decode_gives_back_the_same_record(record: Record) -> None:
 
 
 @rule("10.1", "11.1")
-def test_the_encoding_is_format_byte_version_flags_value() -> None:
+def test_the_encoding_is_format_byte_version_flags_copies_expiry_value() -> None:
     assert encode(Record.live(VERSION, b"abc")) == header() + b"abc"
     assert encode(Record.deleted(VERSION)) == header(flags=0x01)
+    assert encode(Record.live(VERSION, b"v", EXPIRY, 2)) == header(copies=2, expiry=EXPIRY) + b"v"
 
 
-@pytest.mark.parametrize("fmt", [0, 2, 0x7F, 0xFF])
+@rule("10.1")
+def test_a_format_1_record_reads_as_one_that_never_expires_copies_not_known() -> None:
+    assert decode(header_v1() + b"abc") == Record(VERSION, False, b"abc", 0, 0)
+    assert decode(header_v1(flags=0x01)) == Record.deleted(VERSION)
+    for length in range(HEADER_V1_SIZE):
+        with pytest.raises(CorruptRecord):
+            decode(header_v1()[:length])
+
+
+def test_a_tombstone_with_an_expiry_is_a_corrupt_record() -> None:
+    with pytest.raises(CorruptRecord):
+        decode(header(flags=0x01, expiry=EXPIRY))
+
+
+def test_a_record_is_live_until_its_expiry_and_a_tombstone_never() -> None:
+    assert Record.live(VERSION, b"v").live_at(EXPIRY * 10)
+    expiring = Record.live(VERSION, b"v", expires_at=EXPIRY)
+    assert expiring.live_at(EXPIRY - 1)
+    assert not expiring.live_at(EXPIRY)
+    assert not Record.deleted(VERSION).live_at(0)
+
+
+@pytest.mark.parametrize("fmt", [0, 3, 0x7F, 0xFF])
 def test_an_unknown_format_byte_is_a_corrupt_record(fmt: int) -> None:
     with pytest.raises(CorruptRecord):
         decode(header(fmt=fmt) + b"value")
