@@ -32,6 +32,13 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -101,10 +108,10 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hint-max-bytes",
-        type=positive_int,
+        type=non_negative_int,
         default=d.hint_max_bytes,
         help="cap on the hints kept for unreachable replicas; past it the oldest are "
-        "dropped (default %(default)s)",
+        "dropped; 0 keeps none (default %(default)s)",
     )
     parser.add_argument(
         "--hint-max-age",
@@ -117,6 +124,27 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=d.hint_interval,
         help="seconds between rounds of hint delivery (default %(default)s)",
+    )
+    parser.add_argument(
+        "--anti-entropy-interval",
+        type=non_negative_float,
+        default=d.anti_entropy_interval,
+        help="seconds between anti-entropy exchanges with each peer, which compare hash "
+        "trees and copy what differs, newest wins; 0 turns them off (default %(default)s)",
+    )
+    parser.add_argument(
+        "--anti-entropy-rate",
+        type=positive_float,
+        default=d.anti_entropy_rate,
+        help="records per second an anti-entropy exchange may copy (default %(default)s)",
+    )
+    parser.add_argument(
+        "--tombstone-grace",
+        type=positive_float,
+        default=d.tombstone_grace,
+        help="seconds a tombstone (or an expired record) is kept at least; it goes once "
+        "older than this and an anti-entropy exchange with every other replica began "
+        "after it was written (default %(default)s, a day)",
     )
     parser.add_argument(
         "--sync-writes",
@@ -271,6 +299,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         hint_max_bytes=args.hint_max_bytes,
         hint_max_age=args.hint_max_age,
         hint_interval=args.hint_interval,
+        anti_entropy_interval=args.anti_entropy_interval,
+        anti_entropy_rate=args.anti_entropy_rate,
+        tombstone_grace=args.tombstone_grace,
         log_level=args.log_level,
         max_clock_drift=args.max_clock_drift,
         clock_skew=args.clock_skew,

@@ -31,6 +31,13 @@ class NodeConfig:
     hint_max_bytes: int = 256 * MiB
     hint_max_age: float = 3 * 3600.0
     hint_interval: float = 0.5
+    # Seconds between anti-entropy exchanges with each peer (0: none), and the records a
+    # second an exchange may move.
+    anti_entropy_interval: float = 60.0
+    anti_entropy_rate: float = 1000.0
+    # A tombstone (or an expired record) older than this, and seen by every replica (an
+    # exchange with each began after it was written), is removed for good.
+    tombstone_grace: float = 86400.0
     log_level: str = "INFO"
     # How far ahead of this node's clock a version received from a peer may be.
     max_clock_drift: float = 60.0

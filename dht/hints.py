@@ -89,6 +89,8 @@ class HintStore:
     def add(self, target: str, key: bytes, record: Record) -> None:
         """Keeps `record` for `target` unless a newer hint for that key is already kept.
         A hint that would take the disk below its reserve is dropped (and logged)."""
+        if self._max_bytes == 0:
+            return  # --hint-max-bytes 0: hints are off
         stored_key = hint_key(target, key)
         existing = self._db.get(stored_key) if stored_key in self._index else None
         if existing is not None and not record.supersedes(decode_hint(stored_key, existing).record):

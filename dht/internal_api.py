@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -22,7 +25,16 @@ from dht.record import Record
 from dht.replica_channel import ReplicaRefusal
 from dht.replica_protocol import PROTOCOL_VERSION, Hello, Why
 from dht.storage import Storage
-from dht.wire import RECORD_CONTENT_TYPE, RECORDS_PATH, RING_HEADER, SECRET_HEADER, encode_frame
+from dht.wire import (
+    EXCHANGE_PATH,
+    RECORD_CONTENT_TYPE,
+    RECORDS_PATH,
+    RING_HEADER,
+    SECRET_HEADER,
+    encode_frame,
+)
+
+ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +50,8 @@ class InternalApi:
         self._secret = secret
         self._ring = ring_identity
         self._refusals = RateLimitedLog(log)
+        # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
+        self.exchange_answerer: ExchangeAnswerer | None = None
 
     # -- the replica channel (dht.replica_channel.ServerConnection calls these) ---------
 
@@ -76,7 +90,24 @@ class InternalApi:
     # -- HTTP ----------------------------------------------------------------------------
 
     def routes(self) -> dict[str, Route]:
-        return {RECORDS_PATH: Route({"GET": self.records}, counted=False)}
+        return {
+            RECORDS_PATH: Route({"GET": self.records}, counted=False),
+            EXCHANGE_PATH: Route({"POST": self.exchange}, counted=False),
+        }
+
+    async def exchange(self, request: web.BaseRequest, params: Params) -> web.Response:
+        """A peer's anti-entropy request: hashes of the tree it shares with this node,
+        or digests of some of its leaves."""
+        if (refusal := self._refuse_http(request)) is not None:
+            return refusal
+        if self.exchange_answerer is None:
+            return text(503, "Unavailable: anti-entropy is not running on this node")
+        try:
+            message = json.loads(await request.read())
+            answer = self.exchange_answerer(message)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            return text(400, f"Bad Request: {exc!r}")
+        return web.Response(text=json.dumps(answer), content_type="application/json")
 
     def _refuse_http(self, request: web.BaseRequest) -> web.Response | None:
         """An internal HTTP request must carry the cluster secret (when one is set), and

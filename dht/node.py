@@ -13,7 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from dht.admission import ByteBudget, keep_large_buffers_out_of_the_heap
+from dht.anti_entropy import AntiEntropy
 from dht.clock import HybridClock, wall_clock_ms
+from dht.collector import Collector
 from dht.config import NodeConfig
 from dht.coordinator import Coordinator
 from dht.hints import HintDelivery, HintStore
@@ -22,6 +24,7 @@ from dht.http_server import HttpServer
 from dht.internal_api import InternalApi
 from dht.listener import SharedPortSite
 from dht.log_limits import QuietMalformedHttp
+from dht.merkle import MerkleTrees
 from dht.peers import Peers
 from dht.replica_protocol import MESSAGE_OVERHEAD
 from dht.ring import Ring
@@ -58,6 +61,25 @@ class Node:
             config, self.storage, self.ring, self.peers, self.clock, self.hints
         )
         self.internal = InternalApi(self.storage, self.clock, config.secret, self.ring.identity)
+        self.trees = MerkleTrees(self.ring, config.self_url)
+        self.anti_entropy = AntiEntropy(
+            config.self_url,
+            self.storage,
+            self.trees,
+            self.peers,
+            self.clock,
+            config.anti_entropy_interval,
+            config.anti_entropy_rate,
+        )
+        self.storage.on_change = self.trees.change  # after the snapshot the trees load
+        self.internal.exchange_answerer = self.anti_entropy.answer
+        self.collector = Collector(
+            self.storage,
+            self.trees,
+            self.anti_entropy.exchanged_since,
+            self.clock.wall_ms,
+            config.tombstone_grace,
+        )
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
         client = ClientApi(self.coordinator, config, self.budget, self.status)
@@ -82,8 +104,21 @@ class Node:
             "hints_dropped": self.hints.dropped,
             "versions_refused": self.clock.refused,
             "disk": self.storage.disk.status(),
+            "anti_entropy": {
+                "interval": self.config.anti_entropy_interval,
+                "trees_ready": self.anti_entropy.ready,
+            },
+            "tombstones": {
+                "grace": self.config.tombstone_grace,
+                "collected": self.collector.collected,
+                "passes": self.collector.passes,
+            },
             "peers": {
-                url: peer.status() | {"pending_hints": self.hints.pending[url]}
+                url: peer.status()
+                | {
+                    "pending_hints": self.hints.pending[url],
+                    "anti_entropy": self.anti_entropy.status(url),
+                }
                 for url, peer in self.peers.by_url.items()
             },
         }
@@ -124,6 +159,8 @@ class Node:
             )
             await site.start()
             self.hint_delivery.start()
+            self.anti_entropy.start()
+            self.collector.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",
                 self.config.self_url,
@@ -137,6 +174,8 @@ class Node:
         finally:
             await runner.cleanup()
             await self.hint_delivery.close()
+            await self.collector.close()
+            await self.anti_entropy.close()
             await self.peers.close()
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)

@@ -155,6 +155,18 @@ class Peer:
 
         return RecordStream(self.url, await self._guarded(request), self.timeout)
 
+    async def post_json(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
+        """One internal JSON request (anti-entropy's), under the breaker and deadline."""
+
+        async def request() -> dict[str, Any]:
+            async with self._session.post(self._base_url.with_path(path), json=message) as answer:
+                if answer.status != 200:
+                    raise PeerError(f"{self.url}: {path} answered {answer.status}")
+                result: dict[str, Any] = await answer.json()
+                return result
+
+        return await self._guarded(request)
+
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
         """Runs one HTTP request (the range) under the breaker and the deadline, and
         records its outcome as `_PendingCall` does for channel calls."""

@@ -1,4 +1,11 @@
-"""Local storage on LevelDB (plyvel): records under one prefix, hints under another.
+"""Local storage on LevelDB (plyvel): records under one prefix, hints under another, and
+the digest index of the records under a third.
+
+The digest index holds, for every record, its version, digest and copies (dht/merkle.py)
+under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
+and the per-peer trees are rebuilt from it at start without reading a value. A record
+and its digest are written in one LevelDB batch, so they never disagree; `on_change`
+then tells the trees.
 
 Nothing here knows about HTTP or other nodes. Point operations are short enough to run on
 the event loop; the range iterator yields lazily so a scan never holds the range in memory.
@@ -8,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,7 @@ from typing import Any
 import plyvel
 
 from dht.disk import DiskFull, DiskSpace
+from dht.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.record import Record, decode, encode
 
 log = logging.getLogger(__name__)
@@ -24,6 +32,17 @@ RECORDS_PREFIX = b"r"
 # Values from this size on are written in a thread rather than on the loop.
 LARGE_WRITE = 1024 * 1024
 HINTS_PREFIX = b"h"
+DIGESTS_PREFIX = b"d"
+# Set once every record has its digest: a data folder from before the index gets it
+# built at its first start.
+DIGESTS_READY = b"m:digests-1"
+_INDEX_BATCH = 10_000
+
+ChangeListener = Callable[[bytes, Digest | None, Digest | None], None]
+
+
+def digest_key(key: bytes) -> bytes:
+    return DIGESTS_PREFIX + leaf_of(key).to_bytes(2, "big") + key
 
 
 class StorageUnavailable(Exception):
@@ -57,15 +76,41 @@ def put_or_disk_full(db: Any, key: bytes, data: bytes, sync: bool = False) -> No
     try:
         db.put(key, data, sync=sync)
     except plyvel.IOError as exc:
-        reason = _reason(exc)
-        if "No space" in reason or "ENOSPC" in reason:
-            raise DiskFull(f"the volume is full: {reason}") from None
-        raise
+        raise _disk_full_or(exc) from None
+
+
+def write_or_disk_full(
+    db: Any, puts: list[tuple[bytes, bytes]], deletes: list[bytes], sync: bool = False
+) -> None:
+    """One atomic LevelDB batch, with an out-of-space error raised as DiskFull."""
+    try:
+        with db.write_batch(sync=sync) as batch:
+            for key, data in puts:
+                batch.put(key, data)
+            for key in deletes:
+                batch.delete(key)
+    except plyvel.IOError as exc:
+        raise _disk_full_or(exc) from None
+
+
+def _disk_full_or(exc: Exception) -> Exception:
+    reason = _reason(exc)
+    if "No space" in reason or "ENOSPC" in reason:
+        return DiskFull(f"the volume is full: {reason}")
+    return exc
 
 
 def repair(data_dir: Path) -> None:
     """LevelDB's own repair: keeps every record it can still read."""
     plyvel.repair_db(str(data_dir / "leveldb"))
+
+
+def _digest_entries(iterator: Any) -> Iterator[tuple[bytes, Digest]]:
+    try:
+        for stored_key, data in iterator:
+            yield stored_key[len(DIGESTS_PREFIX) + 2 :], unpack_digest(data)
+    finally:
+        iterator.close()
 
 
 def _reason(exc: BaseException) -> str:
@@ -88,6 +133,8 @@ class Storage:
         # takes one write at a time anyway.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-writer")
         self._writing: dict[bytes, asyncio.Future[bool]] = {}
+        self.on_change: ChangeListener | None = None
+        self._index_digests()
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)  # a write in its thread finishes first
@@ -113,41 +160,90 @@ class Storage:
         return asyncio.ensure_future(self._write_in_order(key, record))
 
     def _put_if_newer(self, key: bytes, record: Record) -> bool:
-        data = self._encoded_if_newer(key, record)
-        if data is None:
+        prepared = self._prepared(key, record)
+        if prepared is None:
             return False
-        put_or_disk_full(self._records, key, data, self._sync)
+        self._commit(key, *prepared)
         return True
 
-    def _encoded_if_newer(self, key: bytes, record: Record) -> bytes | None:
-        """The bytes to store for `record`, admitted by the disk reserve, or None when
-        what is stored is newer."""
+    def _prepared(self, key: bytes, record: Record) -> tuple[bytes, Digest | None, Digest] | None:
+        """The bytes to store for `record`, admitted by the disk reserve, with the digest
+        entries it replaces and brings; None when what is stored is newer."""
         if not record.supersedes(self.get(key)):
             return None
         data = encode(record)
         self.disk.admit(len(key) + len(data))
-        return data
+        new = Digest(record.version, record_digest(key, record), record.copies)
+        return data, self.digest(key), new
+
+    def _commit(self, key: bytes, data: bytes, old: Digest | None, new: Digest) -> None:
+        self._store(key, data, new)
+        if self.on_change is not None:
+            self.on_change(key, old, new)
+
+    def _store(self, key: bytes, data: bytes, new: Digest) -> None:
+        puts = [(RECORDS_PREFIX + key, data), (digest_key(key), pack_digest(new))]
+        write_or_disk_full(self._db, puts, [], self._sync)
 
     async def _write_in_order(self, key: bytes, record: Record) -> bool:
         while (earlier := self._writing.get(key)) is not None:
             await asyncio.wait([earlier])
         if len(record.value) < LARGE_WRITE:
             return self._put_if_newer(key, record)
-        data = self._encoded_if_newer(key, record)
-        if data is None:
+        prepared = self._prepared(key, record)
+        if prepared is None:
             return False
+        data, old, new = prepared
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         self._writing[key] = done
         try:
-            await loop.run_in_executor(self._writer, self._put_encoded, key, data)
+            await loop.run_in_executor(self._writer, self._store, key, data, new)
         finally:
             del self._writing[key]
             done.set_result(True)
+        if self.on_change is not None:
+            self.on_change(key, old, new)
         return True
 
-    def _put_encoded(self, key: bytes, data: bytes) -> None:
-        put_or_disk_full(self._records, key, data, self._sync)
+    def digest(self, key: bytes) -> Digest | None:
+        data = self._db.get(digest_key(key))
+        return None if data is None else unpack_digest(data)
+
+    def digests(self, leaf: int | None = None) -> Iterator[tuple[bytes, Digest]]:
+        """The digest entries (key, entry) of one leaf, or of every record, as they are
+        at this call: LevelDB's iterator, created here, reads a snapshot taken now."""
+        prefix = DIGESTS_PREFIX + (b"" if leaf is None else leaf.to_bytes(2, "big"))
+        return _digest_entries(self._db.iterator(prefix=prefix, fill_cache=False))
+
+    def collect(self, key: bytes, record: Record) -> bool:
+        """Removes `record` for good (a tombstone or an expired record past its grace),
+        unless a write replaced it meanwhile; says whether it did."""
+        if self.get(key) != record:
+            return False
+        old = self.digest(key)
+        write_or_disk_full(self._db, [], [RECORDS_PREFIX + key, digest_key(key)], self._sync)
+        if self.on_change is not None:
+            self.on_change(key, old, None)
+        return True
+
+    def _index_digests(self) -> None:
+        """Gives every record its digest entry, once, in a data folder from before the
+        digest index (a format-1 folder, say)."""
+        if self._db.get(DIGESTS_READY) is not None:
+            return
+        puts: list[tuple[bytes, bytes]] = []
+        count = 0
+        for key, record in self.scan(b"", None):
+            entry = Digest(record.version, record_digest(key, record), record.copies)
+            puts.append((digest_key(key), pack_digest(entry)))
+            count += 1
+            if len(puts) >= _INDEX_BATCH:
+                write_or_disk_full(self._db, puts, [])
+                puts = []
+        write_or_disk_full(self._db, [*puts, (DIGESTS_READY, b"1")], [], sync=True)
+        if count:
+            log.info("indexed the digests of %d records (first start with this version)", count)
 
     def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Record]]:
         """Every record (tombstones included) with start <= key < end, in byte order."""

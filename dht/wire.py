@@ -12,6 +12,8 @@ import struct
 from dht.record import Record, encode
 
 RECORDS_PATH = "/internal/v0/records"
+# Anti-entropy's tree and digest requests (dht/anti_entropy.py), JSON both ways.
+EXCHANGE_PATH = "/internal/v0/anti-entropy"
 SECRET_HEADER = "X-Dht-Secret"
 RING_HEADER = "X-Dht-Ring"
 RECORD_CONTENT_TYPE = "application/x-dht-records"

@@ -1,0 +1,233 @@
+"""Anti-entropy: in the background, this node compares with each peer the records they
+both hold and exchanges the ones that differ, newest wins both ways.
+
+Why incremental trees rather than trees rebuilt from a snapshot: the per-peer trees
+(dht/merkle.py) are kept current by every write (storage calls `MerkleTrees.change` with
+the digest it replaced and the one it wrote, an XOR per peer), so an exchange reads no
+record it does not send and costs no scan at all: O(differences x LEAF_BITS) hashes, one
+key list per differing leaf, one record per differing key. The only full read is at
+start, of the digest index (not the values), in the background; until it is done this
+node neither starts nor answers exchanges.
+
+An exchange, started by either side every `--anti-entropy-interval` seconds per peer:
+1. the trees, level by level from the root, both sides' hashes of the nodes under the
+   ones that differed (one request per level, `LEAF_BITS + 1` at most);
+2. for the differing leaves, the peer's (key, version, digest) list, compared with ours;
+3. for each key that differs, both records (ours from storage, the peer's on the replica
+   channel); the newest is written where it is missing or older (put-if-newer both
+   ways), at most `--anti-entropy-rate` records a second.
+A completed exchange is what lets tombstones go (dht/collector.py): it records when it
+started, and every record that existed then is on both sides once it completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dht.clock import HybridClock, VersionAhead
+from dht.disk import DiskFull
+from dht.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
+from dht.peers import PeerError, Peers
+from dht.record import Record, newest
+from dht.storage import Storage
+from dht.wire import EXCHANGE_PATH
+
+log = logging.getLogger(__name__)
+
+LEAVES_PER_REQUEST = 64
+_LOAD_BATCH = 5_000
+
+
+@dataclass(slots=True)
+class ExchangeStats:
+    """What `/v0/status` shows of the exchanges with one peer."""
+
+    exchanges: int = 0
+    last_completed: float | None = None  # Unix time
+    last_started_ms: int = 0  # this node's wall clock when the last completed one began
+    leaves_compared: int = 0  # in the last completed exchange
+    leaves_differing: int = 0
+    records_sent: int = 0  # over every exchange
+    records_received: int = 0
+    last_error: str | None = None
+
+
+class AntiEntropy:
+    def __init__(
+        self,
+        self_url: str,
+        storage: Storage,
+        trees: MerkleTrees,
+        peers: Peers,
+        clock: HybridClock,
+        interval: float,
+        rate: float,
+    ) -> None:
+        self._self_url = self_url
+        self._storage = storage
+        self._trees = trees
+        self._peers = peers
+        self._clock = clock
+        self.interval = interval
+        self._pause = 1.0 / rate
+        self.ready = False
+        self.stats = {url: ExchangeStats() for url in trees.leaves}
+        self._task: asyncio.Task[None] | None = None
+        # Read before any write can reach the trees: a write that lands after this
+        # snapshot is counted once by `change` and once (as what it replaced) here.
+        self._stored_digests = storage.digests()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="anti-entropy")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def status(self, url: str) -> dict[str, Any]:
+        return asdict(self.stats[url])
+
+    def exchanged_since(self, url: str) -> int | None:
+        """When the last completed exchange with `url` began (wall ms), if one did."""
+        return self.stats[url].last_started_ms or None
+
+    async def _run(self) -> None:
+        started = time.monotonic()
+        loaded = await self._load_trees()
+        self.ready = True
+        log.info(
+            "anti-entropy: trees of %d records ready in %.2f s",
+            loaded,
+            time.monotonic() - started,
+        )
+        if self.interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(self.interval)
+            for url in self.stats:
+                await self.exchange(url)
+
+    async def _load_trees(self) -> int:
+        """Every stored digest into the trees, a batch per loop turn. Writes that land
+        meanwhile go into the trees too; the iterator reads a snapshot, and XOR makes
+        the two add up to the current state whatever their order."""
+        count = 0
+        batch: list[tuple[bytes, Digest]] = []
+        for item in self._stored_digests:
+            batch.append(item)
+            if len(batch) >= _LOAD_BATCH:
+                count += self._trees.load(batch)
+                batch = []
+                await asyncio.sleep(0)
+        return count + self._trees.load(batch)
+
+    # -- one exchange ------------------------------------------------------------------
+
+    async def exchange(self, url: str) -> None:
+        """One exchange with `url`; a failure is logged and counted, and the next round
+        tries again."""
+        stats = self.stats[url]
+        started_ms = self._clock.wall_ms()
+        try:
+            compared, differing = await self._differing_leaves(url)
+            for first in range(0, len(differing), LEAVES_PER_REQUEST):
+                await self._reconcile_leaves(url, differing[first : first + LEAVES_PER_REQUEST])
+        except PeerError as exc:
+            stats.last_error = str(exc)
+            log.info("anti-entropy with %s did not complete: %s", url, exc)
+            return
+        stats.exchanges += 1
+        stats.last_completed = time.time()
+        stats.last_started_ms = started_ms
+        stats.leaves_compared, stats.leaves_differing = compared, len(differing)
+        stats.last_error = None
+        if differing:
+            log.info("anti-entropy with %s: %d leaves differed", url, len(differing))
+
+    async def _differing_leaves(self, url: str) -> tuple[int, list[int]]:
+        """Descends both trees from the root into the subtrees that differ; returns how
+        many leaves were compared and which differ."""
+        nodes = [0]
+        for level in range(LEAF_BITS + 1):
+            answer = await self._ask(url, {"op": "hashes", "level": level, "nodes": nodes})
+            theirs = [bytes.fromhex(h) for h in answer["hashes"]]
+            ours = self._trees.hashes(url, level, nodes)
+            differing = [node for node, a, b in zip(nodes, ours, theirs, strict=True) if a != b]
+            if level == LEAF_BITS:
+                return len(nodes), differing
+            nodes = differing_children(level, differing)
+            if not nodes:
+                return 0, []
+        raise AssertionError("unreachable")
+
+    async def _reconcile_leaves(self, url: str, leaves: list[int]) -> None:
+        answer = await self._ask(url, {"op": "digests", "leaves": leaves})
+        theirs = {bytes.fromhex(k): (v, d) for k, v, d in answer["entries"]}
+        ours = {key: (e.version, e.digest) for key, e in self._shared_digests(url, leaves)}
+        for key in sorted(theirs.keys() | ours.keys()):
+            if theirs.get(key) != ours.get(key):
+                await self._reconcile(url, key)
+                await asyncio.sleep(self._pause)  # --anti-entropy-rate
+
+    async def _reconcile(self, url: str, key: bytes) -> None:
+        """Newest wins both ways: the peer's record here if newer, ours there if newer."""
+        peer = self._peers[url]
+        theirs = await peer.get(key)
+        ours = self._storage.get(key)
+        winner = newest([ours, theirs])
+        if winner is None:
+            return
+        if winner != ours and winner.supersedes(ours):
+            if self._store(url, key, winner):
+                self.stats[url].records_received += 1
+        if winner != theirs and winner.supersedes(theirs):
+            if await peer.put(key, winner):
+                self.stats[url].records_sent += 1
+
+    def _store(self, url: str, key: bytes, record: Record) -> bool:
+        try:
+            self._clock.observe(record.version)
+            stored = self._storage.write(key, record)
+        except (VersionAhead, DiskFull) as exc:
+            log.warning("anti-entropy: did not take %r from %s: %s", key, url, exc)
+            return False
+        return stored if isinstance(stored, bool) else True  # a large one lands later
+
+    async def _ask(self, url: str, message: dict[str, Any]) -> dict[str, Any]:
+        answer = await self._peers[url].post_json(EXCHANGE_PATH, message | {"peer": self._self_url})
+        if not answer.get("ready", True):
+            raise PeerError(f"{url}: its trees are not loaded yet")
+        return answer
+
+    # -- the peer's side ---------------------------------------------------------------
+
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        """An exchange request from a peer (EXCHANGE_PATH): this node's hashes of the
+        tree it shares with that peer, or its digests of some leaves."""
+        peer = message.get("peer")
+        if peer not in self.stats:
+            raise ValueError(f"{peer!r} is not a peer of this node")
+        if not self.ready:
+            return {"ready": False}
+        if message.get("op") == "hashes":
+            hashes = self._trees.hashes(peer, int(message["level"]), message["nodes"])
+            return {"hashes": [h.hex() for h in hashes]}
+        if message.get("op") == "digests":
+            entries = self._shared_digests(peer, message["leaves"])
+            return {"entries": [[k.hex(), e.version, e.digest] for k, e in entries]}
+        raise ValueError(f"unknown anti-entropy op {message.get('op')!r}")
+
+    def _shared_digests(self, url: str, leaves: list[int]) -> list[tuple[bytes, Digest]]:
+        return [
+            (key, entry)
+            for leaf in leaves
+            for key, entry in self._storage.digests(leaf)
+            if url in self._trees.sharing(key, entry.copies)
+        ]

@@ -1,0 +1,132 @@
+"""SPEC.md rules 9.9 and 9.10 on real clusters: anti-entropy converges replicas that
+neither read repair nor hints healed, and tombstones are collected without bringing
+deleted data back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dht.record import Record
+from tests.fixtures import ClusterFactory
+from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
+
+# Hints off, so that only anti-entropy can heal; exchanges every half second.
+ANTI_ENTROPY_ONLY = ["--hint-max-bytes", "0", "--anti-entropy-interval", "0.5"]
+CONVERGE_WITHIN = 20.0
+
+
+def status(node: Node) -> dict[str, object]:
+    return json.loads(request("GET", node.url + "/v0/status").body)  # type: ignore[no-any-return]
+
+
+def versions(records: dict[str, Record]) -> dict[str, tuple[int, bool]]:
+    return {key: (record.version, record.tombstone) for key, record in records.items()}
+
+
+def wait_until_same_records(cluster: Cluster, lagging: Node) -> dict[str, Record]:
+    """Polls until `lagging` holds exactly the records of the first other node."""
+    model = next(node for node in cluster if node is not lagging)
+    wait_for(
+        lambda: versions(lagging.local_records()) == versions(model.local_records()),
+        lambda same: same,
+        deadline=CONVERGE_WITHIN,
+    )
+    return lagging.local_records()
+
+
+@rule("9.9")
+def test_a_replica_that_missed_writes_with_hints_off_converges_by_anti_entropy_alone(
+    start_cluster: ClusterFactory,
+) -> None:
+    cluster = start_cluster(3, ANTI_ENTROPY_ONLY)
+    for i in range(20):
+        expect(cluster[0].put(f"before-{i}", b"old"), 201)
+    cluster[2].stop()
+    for i in range(40):
+        expect(cluster[i % 2].put(f"missed-{i}", f"value {i}".encode()), 201)
+    for i in range(0, 20, 4):
+        expect(cluster[1].delete(f"before-{i}"), 202)
+    cluster[2].start()  # no read of any key from here on: only anti-entropy can heal
+    records = wait_until_same_records(cluster, cluster[2])
+    assert len([k for k in records if k.startswith("missed-")]) == 40
+    assert all(records[f"before-{i}"].tombstone for i in range(0, 20, 4))
+    received = [status(cluster[2])["peers"][url]["anti_entropy"] for url in cluster.urls[:2]]  # type: ignore[index]
+    assert sum(peer["records_received"] for peer in received) >= 45, received
+
+
+@rule("9.9")
+def test_a_node_whose_data_directory_is_deleted_is_rebuilt_by_anti_entropy(
+    start_cluster: ClusterFactory,
+) -> None:
+    cluster = start_cluster(3, ANTI_ENTROPY_ONLY)
+    for i in range(300):
+        expect(cluster[i % 3].put(f"key-{i:03d}", f"value {i}".encode()), 201)
+    expect(cluster[0].delete("key-000"), 202)
+    wiped = cluster[1]
+    wiped.stop()
+    shutil.rmtree(wiped.data_dir)
+    wiped.start()
+    assert wiped.local_records() == {}
+    records = wait_until_same_records(cluster, wiped)
+    assert len(records) == 300 and records["key-000"].tombstone
+
+
+@rule("9.10")
+def test_a_replica_that_missed_a_delete_does_not_bring_the_value_back_after_collection(
+    start_cluster: ClusterFactory,
+) -> None:
+    """The classic zombie: C misses a delete; A and B must not drop the tombstone while
+    C, which still holds the value, has not exchanged with them since the delete."""
+    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, "--tombstone-grace", "1"])
+    expect(cluster[0].put("zombie", b"deleted value"), 201)
+    expect(cluster[0].put("kept", b"live value"), 201)
+    wait_for(lambda: ["zombie" in n.local_records() for n in cluster], all, deadline=5.0)
+    cluster[2].stop()
+    expect(cluster[0].delete("zombie", "2/3"), 202)
+    # Well past the grace, with collection passes every 0.25 s: the tombstone stays,
+    # since C has not exchanged with A or B since the delete.
+    wait_for(lambda: status(cluster[0])["tombstones"]["passes"], lambda p: p >= 8, deadline=10.0)  # type: ignore[index]
+    for node in cluster.nodes[:2]:
+        kept = node.local_records().get("zombie")
+        assert kept is not None and kept.tombstone, f"{node.url} dropped the tombstone: {kept}"
+    cluster[2].start()
+    # C gets the tombstone by anti-entropy, then every node collects it...
+    for node in cluster:
+        wait_for(
+            lambda n=node: "zombie" in n.local_records(),
+            lambda present: not present,
+            deadline=CONVERGE_WITHIN,
+        )
+    # ...and the value never comes back, from any node, by reads or by later exchanges.
+    for node in cluster:
+        expect(node.get("zombie", "3/3"), 404, context=f"{node.url} after collection")
+        expect(node.get("kept"), 200, b"live value")
+    wait_for(
+        lambda: status(cluster[2])["peers"][cluster.urls[0]]["anti_entropy"]["exchanges"],
+        lambda n: n >= 3,
+        deadline=10.0,
+    )  # type: ignore[index]
+    for node in cluster:
+        assert "zombie" not in node.local_records(), f"{node.url} holds the key again"
+
+
+@rule("9.10", "8.6")
+def test_expired_records_are_collected_once_past_the_grace(start_cluster: ClusterFactory) -> None:
+    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, "--tombstone-grace", "1"])
+    for i in range(10):
+        url = cluster[0].url + f"/v0/entity?id=expiring-{i}&ttl=1"
+        assert request("PUT", url, body=b"short-lived").status == 201
+    expect(cluster[0].put("permanent", b"stays"), 201)
+    for node in cluster:
+        wait_for(
+            lambda n=node: sorted(n.local_records(LOWEST_KEY)),
+            lambda keys: keys == ["permanent"],
+            deadline=CONVERGE_WITHIN,
+        )
+    assert status(cluster[0])["tombstones"]["collected"] == 10  # type: ignore[index]
