@@ -112,7 +112,11 @@ class AntiEntropy:
         while True:
             await asyncio.sleep(self.interval)
             for url in self.stats:
-                await self.exchange(url)
+                try:
+                    await self.exchange(url)
+                except Exception:  # a bug, or a peer's answer this code cannot read
+                    self.stats[url].last_error = "unexpected error (see the log)"
+                    log.exception("anti-entropy with %s failed", url)
 
     async def _load_trees(self) -> int:
         """Every stored digest into the trees, a batch per loop turn. Writes that land
@@ -198,7 +202,10 @@ class AntiEntropy:
         except (VersionAhead, DiskFull) as exc:
             log.warning("anti-entropy: did not take %r from %s: %s", key, url, exc)
             return False
-        return stored if isinstance(stored, bool) else True  # a large one lands later
+        if isinstance(stored, bool):
+            return stored
+        stored.add_done_callback(_log_if_failed)  # a large value lands in its thread
+        return True
 
     async def _ask(self, url: str, message: dict[str, Any]) -> dict[str, Any]:
         answer = await self._peers[url].post_json(EXCHANGE_PATH, message | {"peer": self._self_url})
@@ -231,3 +238,8 @@ class AntiEntropy:
             for key, entry in self._storage.digests(leaf)
             if url in self._trees.sharing(key, entry.copies)
         ]
+
+
+def _log_if_failed(write: asyncio.Future[bool]) -> None:
+    if not write.cancelled() and (error := write.exception()) is not None:
+        log.warning("anti-entropy: a large record did not land: %s", error)
