@@ -130,3 +130,27 @@ def test_expired_records_are_collected_once_past_the_grace(start_cluster: Cluste
             deadline=CONVERGE_WITHIN,
         )
     assert status(cluster[0])["tombstones"]["collected"] == 10  # type: ignore[index]
+
+
+@rule("11.4")
+def test_the_exchange_endpoint_wants_the_secret_and_answers_bad_requests_400(
+    start_cluster: ClusterFactory,
+) -> None:
+    cluster = start_cluster(2, ["--secret", "exchange-secret"])
+    url = cluster[0].url + "/internal/v0/anti-entropy"
+    ask = {"op": "hashes", "level": 0, "nodes": [0], "peer": cluster.urls[1]}
+    assert request("POST", url, json.dumps(ask).encode()).status == 403
+    secret = {"X-Dht-Secret": "exchange-secret"}
+    wait_for(lambda: status(cluster[0])["anti_entropy"]["trees_ready"], bool)  # type: ignore[index]
+    answer = request("POST", url, json.dumps(ask).encode(), headers=secret)
+    assert answer.status == 200 and len(json.loads(answer.body)["hashes"]) == 1, answer
+    for bad in [
+        b"not json",
+        b"[1]",
+        json.dumps(ask | {"peer": "http://stranger:1"}).encode(),
+        json.dumps(ask | {"level": 99}).encode(),
+        json.dumps(ask | {"op": "x"}).encode(),
+    ]:
+        refused = request("POST", url, bad, headers=secret)
+        assert refused.status == 400, (bad, refused)
+    assert request("GET", cluster[0].url + "/v0/status").status == 200
