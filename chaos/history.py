@@ -1,28 +1,49 @@
-"""A history checker for last-write-wins registers: did the cluster keep every write it
-acknowledged, and did it invent nothing?
+"""A history checker for last-write-wins registers with deletes and expiring writes: did
+the cluster keep every write it acknowledged, bring back nothing it deleted or let
+expire, and invent nothing?
 
 Concurrent clients record every operation they attempted (`Op`): when it was invoked,
-when its answer came back (never, for a time-out), its kind, key, value and HTTP status.
-After the faults are healed, one quorum read per key gives the final state. `check` is a
-pure function of the two.
+when its answer came back (never, for a time-out), its kind, key, value, `ttl` (a PUT
+with `ttl=SECONDS`, SPEC.md rule 8.6) and HTTP status. After the faults are healed, the
+final state is observed once per key (a quorum read, or the replicas' converged
+records), within a known window of time. `check` is a pure function of the two.
 
 The rule, per key. An acknowledged write `w` (PUT 201, DELETE 202) survives when the
 final state was produced by a write that does not strictly precede `w`: `w` itself, a
 write that overlaps it in real time, or one invoked after it (acknowledged or not: a
 503, a 504 or a time-out may or may not have taken effect). The final state produced only
-by writes that completed before `w` was invoked, or by nothing at all, means `w` was lost.
-"Strictly precede" allows for the clock: SPEC.md rule 8.3 promises that a write after a
-10 ms pause is newer than any write before it, not that two writes a microsecond apart on
-two coordinators are ordered, so `clock_slack` (10 ms) is added to a completion time.
+by writes that completed before `w` was invoked, or by nothing at all, means `w` was
+violated. "Strictly precede" allows for the clock: SPEC.md rule 8.3 promises that a write
+after a 10 ms pause is newer than any write before it, not that two writes a microsecond
+apart on two coordinators are ordered, so `clock_slack` (10 ms) is added to a completion
+time.
+
+Expiry. A PUT with a ttl produces its value until it expires and the absent state from
+then on (as a DELETE would, at the PUT's own place in the order: an expired write does
+not bring back the value it overwrote). It expires `ttl` seconds after the coordinator's
+clock at the write, which is somewhere between the PUT's invocation and its completion;
+the same `clock_slack` widens that window, so an observation within it may find the
+value or not. So its value seen by an observation that began at or after
+`completed + ttl + clock_slack` comes from an expired write, and the absent state is
+produced by it only for an observation that ended after `invoked + ttl - clock_slack`.
+
+Two ways to fail, told apart:
+- lost: an acknowledged PUT that must still be visible (no ttl, or one not yet expired)
+  is missing from the final state: absent, or an older value there instead;
+- resurrected: a value that must be dead is seen, in the final state or by a GET: the
+  key holds an older value after an acknowledged DELETE or an acknowledged PUT that has
+  since expired, or a value is seen after its own expiry.
 
 A final value (or a value a GET returned) must be the value of some PUT attempted on that
-key; anything else appeared from nowhere. Values are therefore best unique per write.
+key; anything else appeared from nowhere (a phantom). Values are therefore best unique
+per write.
 
 A GET at quorum answered during the run is held to the same rule as the final read, at
 its own time (SPEC.md rule 3.5: "GET 2/3 sees a PUT 2/3 and a DELETE 2/3"): what it
 returned must not have been produced only by writes that strictly precede an
-acknowledged write completed before the GET was invoked. A stale read says a quorum
-answer missed an acknowledged write even if the final state has it back.
+acknowledged write completed before the GET was invoked. A GET that misses a value that
+must be visible is a stale read; one that sees a value that must be dead is a
+resurrection.
 """
 
 from __future__ import annotations
@@ -37,6 +58,11 @@ from dataclasses import dataclass
 # SPEC.md rule 8.3: "a write after a 10 ms pause is newer than any write before it".
 CLOCK_SLACK = 0.010
 FINAL_READ = "final read"
+# When the final state was observed, as (from, to) on the history's clock: by default
+# after everything, every expiring write expired.
+AFTER_EVERYTHING = (math.inf, math.inf)
+
+Window = tuple[float, float]
 
 
 class Kind(enum.Enum):
@@ -55,6 +81,7 @@ class Op:
     `value`: for a PUT the value sent; for a GET answered 200 the value read; else None.
     `status`: the HTTP status, or None when no answer came (time-out, connection lost):
     then `completed` is None too, since the write may take effect at any later time.
+    `ttl`: for a PUT sent with `ttl=SECONDS`, those seconds; else None.
     """
 
     kind: Kind
@@ -63,6 +90,7 @@ class Op:
     invoked: float
     completed: float | None
     status: int | None
+    ttl: float | None = None
 
     @property
     def is_write(self) -> bool:
@@ -77,21 +105,71 @@ class Op:
         """The latest moment this op can have taken effect (infinity if never answered)."""
         return math.inf if self.completed is None else self.completed
 
+    @property
+    def expires_after(self) -> float:
+        """The earliest moment an expiring PUT can expire (infinity: it never does)."""
+        return math.inf if self.ttl is None else self.invoked + self.ttl
+
+    @property
+    def expired_by(self) -> float:
+        """The moment by which an expiring PUT has certainly expired (else infinity)."""
+        return math.inf if self.ttl is None else self.settled_by + self.ttl
+
+    def describe(self) -> str:
+        """The write as a report names it, with the time it ran."""
+        if self.kind is Kind.DELETE:
+            what = "DELETE"
+        else:
+            what = f"{self.kind.value} {self.value!r}"
+            if self.ttl is not None:
+                what += f" ttl={self.ttl:g}"
+        return f"{what} [{self.invoked:.3f}, {self.settled_by:.3f}]"
+
+
+def _shown(state: bytes | None) -> str:
+    return "absent" if state is None else repr(state)
+
 
 @dataclass(frozen=True, slots=True)
 class LostWrite:
-    """An acknowledged write that the final state no longer reflects."""
+    """An acknowledged PUT that must be visible in the final state and is not."""
 
     write: Op
     final: bytes | None
 
     def __str__(self) -> str:
-        what = f"PUT {self.write.value!r}" if self.write.kind is Kind.PUT else "DELETE"
-        found = "absent" if self.final is None else repr(self.final)
         return (
-            f"{self.write.key!r}: acknowledged {what} "
-            f"[{self.write.invoked:.3f}, {self.write.settled_by:.3f}] lost, final {found}"
+            f"{self.write.key!r}: acknowledged {self.write.describe()} lost, "
+            f"final {_shown(self.final)}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Resurrection:
+    """A value seen (finally, or by a GET during the run) that must be dead: after
+    `dead_by`, an acknowledged DELETE or an acknowledged PUT that has since expired, or
+    `dead_by` is the (expired) PUT that sent the value itself."""
+
+    key: str
+    value: bytes
+    source: str  # FINAL_READ or "GET at <time>"
+    dead_by: Op
+
+    @property
+    def in_final_state(self) -> bool:
+        return self.source == FINAL_READ
+
+    def __str__(self) -> str:
+        if self.dead_by.kind is Kind.PUT and self.dead_by.value == self.value:
+            why = f"after it expired (by {self.dead_by.expired_by:.3f})"
+        elif self.dead_by.kind is Kind.DELETE:
+            why = f"after the acknowledged {self.dead_by.describe()}"
+        else:
+            why = (
+                f"after the acknowledged {self.dead_by.describe()} expired "
+                f"(by {self.dead_by.expired_by:.3f})"
+            )
+        return f"{self.key!r}: {self.source} saw {self.value!r} resurrected {why}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,18 +190,16 @@ class Phantom:
 
 @dataclass(frozen=True, slots=True)
 class StaleRead:
-    """A GET that missed an acknowledged write completed before it was invoked."""
+    """A GET that missed an acknowledged PUT, completed before it was invoked, that was
+    still to be visible."""
 
     read: Op
     missed: Op
 
     def __str__(self) -> str:
-        seen = "absent" if self.read.value is None else repr(self.read.value)
-        what = f"PUT {self.missed.value!r}" if self.missed.kind is Kind.PUT else "DELETE"
         return (
             f"{self.read.key!r}: GET [{self.read.invoked:.3f}, {self.read.settled_by:.3f}] "
-            f"saw {seen}, missing the acknowledged {what} "
-            f"[{self.missed.invoked:.3f}, {self.missed.settled_by:.3f}]"
+            f"saw {_shown(self.read.value)}, missing the acknowledged {self.missed.describe()}"
         )
 
 
@@ -137,8 +213,11 @@ class Report:
     timeouts: int  # no answer at all
     other_failures: int
     lost: tuple[LostWrite, ...]
+    resurrected: tuple[Resurrection, ...]
     phantoms: tuple[Phantom, ...]
     stale_reads: tuple[StaleRead, ...]
+    expiring: int = 0  # PUTs sent with a ttl
+    deletes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -146,40 +225,56 @@ class Report:
 
     @property
     def final_state_ok(self) -> bool:
-        """No acknowledged write lost, no final value from nowhere."""
-        return not self.lost and not any(p.in_final_state for p in self.phantoms)
+        """No acknowledged write lost, nothing dead back, no final value from nowhere."""
+        return (
+            not self.lost
+            and not any(r.in_final_state for r in self.resurrected)
+            and not any(p.in_final_state for p in self.phantoms)
+        )
 
     @property
     def reads_ok(self) -> bool:
-        """No GET missed an acknowledged write or returned a value from nowhere."""
-        return not self.stale_reads and all(p.in_final_state for p in self.phantoms)
+        """No GET missed an acknowledged write, saw a dead value or one from nowhere."""
+        return (
+            not self.stale_reads
+            and all(r.in_final_state for r in self.resurrected)
+            and all(p.in_final_state for p in self.phantoms)
+        )
 
     def summary(self) -> str:
         return (
-            f"ops={self.ops} writes={self.writes} acked={self.acked} "
+            f"ops={self.ops} writes={self.writes} (deletes={self.deletes} "
+            f"expiring={self.expiring}) acked={self.acked} "
             f"503={self.unavailable} 504={self.not_enough_replicas} "
             f"timeouts={self.timeouts} other_failures={self.other_failures} "
-            f"lost={len(self.lost)} phantoms={len(self.phantoms)} "
-            f"stale_reads={len(self.stale_reads)}"
+            f"lost={len(self.lost)} resurrected={len(self.resurrected)} "
+            f"phantoms={len(self.phantoms)} stale_reads={len(self.stale_reads)}"
         )
 
     def details(self, limit: int = 20) -> str:
-        problems = [str(item) for item in (*self.lost, *self.phantoms, *self.stale_reads)]
+        problems = [
+            str(item) for item in (*self.lost, *self.resurrected, *self.phantoms, *self.stale_reads)
+        ]
         more = len(problems) - limit
         return "\n".join(problems[:limit] + ([f"... and {more} more"] if more > 0 else []))
 
 
 class KeyHistory:
     """The writes of one key, indexed to answer "what could have produced this state,
-    and by when" and "which acknowledged write had completed by then"."""
+    seen in this window, and by when" and "which acknowledged write had completed by
+    then"."""
 
-    def __init__(self, writes: Iterable[Op]) -> None:
+    def __init__(self, writes: Iterable[Op], clock_slack: float = CLOCK_SLACK) -> None:
+        self._slack = clock_slack
         self._puts: dict[bytes, list[Op]] = defaultdict(list)
         self._deletes: list[Op] = []
+        self._expiring: list[Op] = []
         self.acked: list[Op] = []
         for op in writes:
             if op.kind is Kind.PUT and op.value is not None:
                 self._puts[op.value].append(op)
+                if op.ttl is not None:
+                    self._expiring.append(op)
             elif op.kind is Kind.DELETE:
                 self._deletes.append(op)
             if op.acknowledged:
@@ -193,15 +288,40 @@ class KeyHistory:
             best = self._latest_acked[-1] if self._latest_acked else index
             self._latest_acked.append(index if op.invoked >= self.acked[best].invoked else best)
 
-    def producers(self, state: bytes | None) -> list[Op]:
-        """The writes that, applied last, leave `state` (None: absent)."""
-        return self._deletes if state is None else self._puts.get(state, [])
+    def sent(self, value: bytes) -> bool:
+        """Whether some PUT of this key sent `value`."""
+        return bool(self._puts.get(value))
 
-    def produced_by(self, state: bytes | None, invoked_by: float = math.inf) -> float:
-        """The latest moment a write invoked by `invoked_by` that leaves `state` can have
-        taken effect; -inf when none (the initial absent state, older than any write)."""
+    def dead_at(self, write: Op, seen: Window) -> bool:
+        """Whether `write` leaves the key absent for an observation in `seen`: a DELETE,
+        or an expiring PUT certainly expired before the observation began."""
+        if write.kind is Kind.DELETE:
+            return True
+        return write.ttl is not None and seen[0] >= write.expired_by + self._slack
+
+    def producers(self, state: bytes | None, seen: Window = AFTER_EVERYTHING) -> list[Op]:
+        """The writes that, applied last, leave `state` (None: absent) for an observation
+        made between `seen[0]` and `seen[1]`: for a value, its PUTs not certainly expired
+        when the observation began; for absent, the DELETEs and the expiring PUTs that
+        may have expired before it ended."""
+        since, until = seen
+        if state is None:
+            expired = [op for op in self._expiring if op.expires_after < until + self._slack]
+            return self._deletes + expired
+        return [
+            op
+            for op in self._puts.get(state, [])
+            if op.ttl is None or since < op.expired_by + self._slack
+        ]
+
+    def produced_by(
+        self, state: bytes | None, seen: Window = AFTER_EVERYTHING, invoked_by: float = math.inf
+    ) -> float:
+        """The latest moment a write invoked by `invoked_by` that leaves `state` (seen in
+        `seen`) can have taken effect; -inf when none (the initial absent state, older
+        than any write)."""
         return max(
-            (op.settled_by for op in self.producers(state) if op.invoked <= invoked_by),
+            (op.settled_by for op in self.producers(state, seen) if op.invoked <= invoked_by),
             default=-math.inf,
         )
 
@@ -210,13 +330,26 @@ class KeyHistory:
         count = bisect.bisect_right(self._acked_completions, moment)
         return self.acked[self._latest_acked[count - 1]] if count else None
 
+    def expired_source(self, value: bytes, seen: Window) -> Op | None:
+        """If every PUT that sent `value` had certainly expired when an observation in
+        `seen` began, the one that expired last: the value came back from the dead."""
+        puts = self._puts.get(value, [])
+        if not puts or self.producers(value, seen):
+            return None
+        return max(puts, key=lambda op: op.expired_by)
+
 
 def check(
     history: Sequence[Op],
     final: Mapping[str, bytes | None],
     clock_slack: float = CLOCK_SLACK,
+    final_at: Window | Mapping[str, Window] = AFTER_EVERYTHING,
 ) -> Report:
-    """Checks `history` against `final` (key -> value, None when the read found nothing).
+    """Checks `history` against `final` (key -> value, None when the key was absent).
+
+    `final_at`: when the final state was observed, as (from, to) on the history's clock,
+    for every key or per key (expiring writes are judged against it); by default after
+    every write expired.
 
     Raises ValueError if a key the history wrote has no final state: a missing read must
     not pass for a kept write."""
@@ -227,53 +360,81 @@ def check(
     missing = sorted(set(writes_by_key) - set(final))
     if missing:
         raise ValueError(f"no final state for written keys {missing[:10]}")
-    keys = {key: KeyHistory(writes_by_key.get(key, ())) for key in {*writes_by_key, *final}}
+    keys = {
+        key: KeyHistory(writes_by_key.get(key, ()), clock_slack) for key in {*writes_by_key, *final}
+    }
 
     lost: list[LostWrite] = []
+    resurrected: list[Resurrection] = []
     phantoms: list[Phantom] = []
     for key, state in final.items():
-        if state is not None and not keys[key].producers(state):
-            phantoms.append(Phantom(key, state, FINAL_READ))
-        produced = keys[key].produced_by(state)
-        lost += [
-            LostWrite(op, state) for op in keys[key].acked if produced + clock_slack <= op.invoked
-        ]
+        index = keys[key]
+        seen = final_at if isinstance(final_at, tuple) else final_at[key]
+        phantom = state is not None and not index.sent(state)
+        if phantom:
+            phantoms.append(Phantom(key, state or b"", FINAL_READ))
+        # A value seen must not be dead: expired itself, or older than an acknowledged
+        # DELETE or expired PUT (the newest such write names the case).
+        dead_since = None if state is None else index.expired_source(state, seen)
+        produced = index.produced_by(state, seen)
+        for op in index.acked:
+            if produced + clock_slack > op.invoked:
+                continue
+            if state is None or not index.dead_at(op, seen):
+                lost.append(LostWrite(op, state))
+            elif not phantom and (dead_since is None or dead_since.invoked < op.invoked):
+                dead_since = op
+        if state is not None and dead_since is not None:
+            resurrected.append(Resurrection(key, state, FINAL_READ, dead_since))
+
     stale_reads: list[StaleRead] = []
     for op in history:
         if op.kind is not Kind.GET or op.status not in (200, 404):
             continue
-        index = keys.get(op.key) or KeyHistory(())
-        if op.status == 200 and not index.producers(op.value):
-            phantoms.append(Phantom(op.key, op.value or b"", f"GET at {op.invoked:.3f}"))
-        elif (stale := _stale(op, index, clock_slack)) is not None:
-            stale_reads.append(stale)
+        index = keys.get(op.key) or KeyHistory((), clock_slack)
+        source = f"GET at {op.invoked:.3f}"
+        if op.status == 200 and not index.sent(op.value or b""):
+            phantoms.append(Phantom(op.key, op.value or b"", source))
+        elif op.status == 200 and (expired := index.expired_source(op.value or b"", _window(op))):
+            resurrected.append(Resurrection(op.key, op.value or b"", source, expired))
+        elif (missed := _missed(op, index, clock_slack)) is not None:
+            if op.status == 200 and index.dead_at(missed, _window(op)):
+                resurrected.append(Resurrection(op.key, op.value or b"", source, missed))
+            else:
+                stale_reads.append(StaleRead(op, missed))
 
     statuses = [op.status for op in history]
+    writes = [op for op in history if op.is_write]
     return Report(
         ops=len(history),
-        writes=sum(len(writes) for writes in writes_by_key.values()),
+        writes=len(writes),
         acked=sum(op.acknowledged for op in history),
         unavailable=statuses.count(503),
         not_enough_replicas=statuses.count(504),
         timeouts=statuses.count(None),
         other_failures=sum(
-            op.status not in (None, 503, 504) and not op.acknowledged
-            for op in history
-            if op.is_write
+            op.status not in (None, 503, 504) and not op.acknowledged for op in writes
         ),
         lost=tuple(lost),
+        resurrected=tuple(resurrected),
         phantoms=tuple(phantoms),
         stale_reads=tuple(stale_reads),
+        expiring=sum(op.ttl is not None for op in writes),
+        deletes=sum(op.kind is Kind.DELETE for op in writes),
     )
 
 
-def _stale(read: Op, index: KeyHistory, clock_slack: float) -> StaleRead | None:
+def _window(read: Op) -> Window:
+    return (read.invoked, read.settled_by)
+
+
+def _missed(read: Op, index: KeyHistory, clock_slack: float) -> Op | None:
     """The acknowledged write `read` (a GET answered 200 or 404) should have seen and
     did not, if any: one completed before the read was invoked and invoked after every
     write that could have produced what the read returned had taken effect."""
     state = read.value if read.status == 200 else None
     missed = index.latest_acked_by(read.invoked - clock_slack)
-    produced = index.produced_by(state, invoked_by=read.settled_by)
+    produced = index.produced_by(state, _window(read), invoked_by=read.settled_by)
     if missed is not None and produced + clock_slack <= missed.invoked:
-        return StaleRead(read, missed)
+        return missed
     return None

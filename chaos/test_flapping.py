@@ -1,11 +1,16 @@
-"""Flapping faults under concurrent quorum traffic (SPEC.md rules 3.5 and 9.8).
+"""Flapping faults under concurrent quorum traffic (SPEC.md rules 3.5, 9.8, 9.9, 9.10).
 
-One run per module: a 3-node cluster behind Toxiproxy, 4 client threads writing, deleting
-and reading a 16-key space at the default quorum (2/3) straight to the nodes, while one
-fault at a time (links into a node cut, answers slower than the deadline, connections
-reset, a node partitioned both ways), each 0.5-2 s long, flaps for DHT_FLAP_SECONDS
-(default 20) seconds, chosen with the seed DHT_FLAP_SEED. Then every fault is healed and
-two rules are checked on the outcome. Run with -s to see the figures.
+One run per module: a 3-node cluster behind Toxiproxy, 4 client threads writing (a
+quarter of the PUTs with a ttl of 1-3 s), deleting and reading a 16-key space at the
+default quorum (2/3) straight to the nodes, while one fault at a time (links into a node
+cut, answers slower than the deadline, connections reset, a node partitioned both ways),
+each 0.5-2 s long, flaps for DHT_FLAP_SECONDS (default 20) seconds, chosen with the seed
+DHT_FLAP_SEED. Then every fault is healed and two rules are checked on the outcome.
+
+A second scenario runs the same traffic and faults with hints off, anti-entropy every
+0.5 s and a 2 s tombstone grace: with no read after the heal, anti-entropy alone must
+bring the replicas together, and no collected tombstone or expiry may let a dead value
+back. Run with -s to see the figures.
 """
 
 from __future__ import annotations
@@ -21,11 +26,20 @@ import pytest
 
 from chaos.flags import FAST_FAULTS, TIMEOUT
 from chaos.flapping import Fault, flap
-from chaos.history import Op, Report, check
-from chaos.observe import differences, records_by_node, status
+from chaos.history import Op, Report, Window, check
+from chaos.observe import (
+    describe,
+    differences,
+    live_differences,
+    records_by_node,
+    status,
+    wall_ms,
+    zombies,
+)
 from chaos.traffic import Clients, key_space
 from dht import testbed as test_bed  # a module import: pytest would collect the class
-from dht.record import Record
+from dht.record import Record, newest
+from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node, wait_for
 from tests.spec.rules import rule
 
@@ -104,15 +118,18 @@ def test_every_replica_converges_to_the_same_records_after_the_faults_stop(
     assert {op.key for op in flapping_run.history if op.acknowledged} <= set(snapshots[0])
 
 
-def final_read(node: Node, key: str) -> bytes | None:
+def final_read(node: Node, key: str) -> tuple[bytes | None, Window]:
     """A quorum GET, retried while it fails (a breaker may still be open just after the
-    heal): the value, or None for 404."""
+    heal): the value, or None for 404, and when the answering attempt ran (expiring
+    writes are judged against it)."""
     response = wait_for(
         lambda: node.get(key),
         lambda response: response.status in (200, 404),
         deadline=FINAL_READ_DEADLINE,
     )
-    return response.body if response.status == 200 else None
+    completed = time.monotonic()
+    value = response.body if response.status == 200 else None
+    return value, (completed - response.seconds, completed)
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +137,11 @@ def report(flapping_run: FlappingRun) -> Report:
     """The checker's verdict on the run: one quorum read per key after the heal (through
     each node in turn) gives the final state."""
     nodes = flapping_run.cluster.nodes
-    final = {key: final_read(nodes[index % len(nodes)], key) for index, key in enumerate(KEYS)}
-    report = check(flapping_run.history, final)
+    reads = {key: final_read(nodes[index % len(nodes)], key) for index, key in enumerate(KEYS)}
+    final = {key: value for key, (value, _) in reads.items()}
+    report = check(
+        flapping_run.history, final, final_at={key: seen for key, (_, seen) in reads.items()}
+    )
     print(f"\nhistory: {report.summary()}")
     return report
 
@@ -138,3 +158,110 @@ def test_quorum_reads_during_flapping_faults_see_every_acknowledged_write(
 ) -> None:
     """SPEC.md rule 3.5: GET 2/3 sees a PUT 2/3 and a DELETE 2/3, faults or not."""
     assert report.reads_ok, report.details()
+
+
+# -- hints off, anti-entropy on, tombstones collected (SPEC.md rules 9.9 and 9.10) -------
+
+ANTI_ENTROPY_FLAGS = [
+    *FAST_FAULTS,
+    "--hint-max-bytes",
+    "0",
+    "--anti-entropy-interval",
+    "0.5",
+    "--tombstone-grace",
+    "2",
+]
+# From the heal: breakers close after their cooldown (0.5 s), then one exchange per pair
+# every 0.5 s; generous for a shared machine.
+ANTI_ENTROPY_DEADLINE = 30.0
+# More keys than the first scenario, so that a key now and then goes unwritten for longer
+# than the grace and its tombstone or expired record is collected while faults go on.
+SPREAD_KEYS = key_space(512)
+
+
+def converged_records(
+    nodes: list[Node], deadline: float
+) -> tuple[list[dict[str, Record]], int, Window]:
+    """Polls every node's own records until they agree on live data (see
+    `live_differences`), for at most `deadline` seconds. Returns the last snapshots, the
+    wall-clock moment they were judged at (ms), and when they were observed on the
+    history's clock: from the first node's read to that moment. Fails naming the keys
+    that still differ."""
+    started = time.monotonic()
+    while True:
+        read_from = time.monotonic()
+        snapshots = records_by_node(nodes)
+        now_ms = wall_ms()
+        judged_at = time.monotonic()
+        diverging = live_differences(snapshots, now_ms)
+        if not diverging:
+            return snapshots, now_ms, (read_from, judged_at)
+        if time.monotonic() - started > deadline:
+            lines = [
+                f"{key!r}: "
+                + ", ".join(describe(record, now_ms) for record in records)
+                + (" (a zombie: a newer dead record elsewhere)" if zombies(records, now_ms) else "")
+                for key, records in list(diverging.items())[:10]
+            ]
+            raise AssertionError(
+                f"replicas still disagree on {len(diverging)} keys {deadline:g}s after the "
+                f"heal (at {now_ms} ms):\n" + "\n".join(lines)
+            )
+        time.sleep(0.1)
+
+
+@rule("9.9", "9.10")
+def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resurrecting_nothing(
+    start_chaos_cluster: ChaosClusterFactory,
+) -> None:
+    """Deletes and expiring writes under flapping faults, with nothing but anti-entropy
+    to carry a write to a replica that missed it (no hints, and no read once the faults
+    stop, so no read repair either), and tombstones and expired records collected 2 s
+    after they die. The replicas must come to agree on every live record, with no live
+    value anywhere that another replica holds a newer tombstone or expiry for; then that
+    state, taken as the final one, must keep every acknowledged write (0 lost) and bring
+    back no deleted or expired value (0 resurrected)."""
+    started = time.monotonic()
+    cluster, testbed = start_chaos_cluster(3, ANTI_ENTROPY_FLAGS)
+    flapping = time.monotonic()
+    clients = Clients(cluster.nodes, SPREAD_KEYS, CLIENTS, FLAP_SEED, CLIENT_TIMEOUT).start()
+    try:
+        faults = flap(testbed, FLAP_SECONDS, FLAP_SEED, TIMEOUT)
+    finally:
+        history = clients.stop()
+    healed_at = time.monotonic()
+
+    snapshots, now_ms, observed = converged_records(cluster.nodes, ANTI_ENTROPY_DEADLINE)
+    converged_after = observed[1] - healed_at
+    final: dict[str, bytes | None] = {}
+    for key in SPREAD_KEYS:
+        record = newest([snapshot.get(key) for snapshot in snapshots])
+        final[key] = record.value if record is not None and record.live_at(now_ms) else None
+    report = check(history, final, final_at=observed)
+
+    statuses = [status(node) for node in cluster]
+    exchanges = [
+        sum(peer["anti_entropy"]["exchanges"] for peer in node_status["peers"].values())
+        for node_status in statuses
+    ]
+    received = [
+        sum(peer["anti_entropy"]["records_received"] for peer in node_status["peers"].values())
+        for node_status in statuses
+    ]
+    collected = [node_status["tombstones"]["collected"] for node_status in statuses]
+    live = sum(value is not None for value in final.values())
+    print(
+        f"\nanti-entropy flapping {FLAP_SECONDS:g}s (seed {FLAP_SEED}): {len(faults)} faults; "
+        f"cluster up in {flapping - started:.2f}s, faults and traffic for "
+        f"{healed_at - flapping:.2f}s; "
+        f"converged {converged_after:.2f}s after heal ({live} live keys of {len(SPREAD_KEYS)}); "
+        f"exchanges {exchanges}, records received {received}, "
+        f"tombstones collected {collected}, read repairs "
+        f"{[node_status['read_repairs'] for node_status in statuses]}, "
+        f"hints delivered {[node_status['hints_delivered'] for node_status in statuses]}"
+        f"\nhistory: {report.summary()}"
+    )
+    assert report.acked > 0 and report.deletes > 0 and report.expiring > 0
+    assert not report.lost and not report.resurrected, report.details()
+    assert report.ok, report.details()
+    assert sum(collected) > 0, "no tombstone or expired record was ever collected"

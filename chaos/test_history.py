@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.history import Kind, Op, check
+from chaos.history import CLOCK_SLACK, Kind, Op, check
 
 
-def put(key: str, value: bytes, invoked: float, completed: float | None, status: int | None) -> Op:
-    return Op(Kind.PUT, key, value, invoked, completed, status)
+def put(
+    key: str,
+    value: bytes,
+    invoked: float,
+    completed: float | None,
+    status: int | None,
+    ttl: float | None = None,
+) -> Op:
+    return Op(Kind.PUT, key, value, invoked, completed, status, ttl)
 
 
 def delete(key: str, invoked: float, completed: float | None, status: int | None) -> Op:
@@ -96,11 +103,15 @@ def test_a_timed_out_write_may_take_effect_after_a_later_acknowledged_one() -> N
     assert check(history, {"a": b"a1"}).ok
 
 
-def test_a_delete_acknowledged_then_the_key_present_with_an_older_value_fails() -> None:
+def test_a_final_state_holding_a_deleted_value_is_a_resurrection() -> None:
     history = [put("a", b"a1", 0.0, 0.1, 201), delete("a", 0.2, 0.3, 202)]
     report = check(history, {"a": b"a1"})
-    assert not report.ok
-    assert [lost.write.kind for lost in report.lost] == [Kind.DELETE]
+    assert not report.ok and not report.final_state_ok
+    assert report.lost == ()
+    assert [(r.value, r.dead_by.kind, r.in_final_state) for r in report.resurrected] == [
+        (b"a1", Kind.DELETE, True)
+    ]
+    assert "resurrected=1" in report.summary()
 
 
 def test_a_put_after_an_acknowledged_delete_may_bring_the_key_back() -> None:
@@ -186,3 +197,144 @@ def test_a_read_may_see_an_unacknowledged_write_or_not() -> None:
         get("a", b"a2", 0.6, 0.7, 200),
     ]
     assert check(history, {"a": b"a2"}).ok
+
+
+def test_a_quorum_read_that_sees_a_deleted_value_is_a_resurrection() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        delete("a", 0.2, 0.3, 202),
+        get("a", b"a1", 0.4, 0.5, 200),
+    ]
+    report = check(history, {"a": None})
+    assert report.final_state_ok and not report.reads_ok
+    assert report.stale_reads == ()
+    assert [(r.source, r.dead_by.kind) for r in report.resurrected] == [
+        ("GET at 0.400", Kind.DELETE)
+    ]
+
+
+# -- expiring writes (SPEC.md rule 8.6): PUT a1 with ttl=1 at [0.0, 0.1] expires between
+# 1.0 and 1.1; reads within CLOCK_SLACK of that window may go either way.
+
+
+def test_an_expired_value_read_after_its_expiry_as_absent_passes() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=1), get("a", None, 1.2, 1.3, 404)]
+    report = check(history, {"a": None}, final_at=(1.5, 1.6))
+    assert report.ok, report.details()
+    assert report.expiring == 1
+
+
+def test_an_expired_value_may_read_either_way_around_its_expiry() -> None:
+    # The coordinator's clock at the write is somewhere in [0.0, 0.1]: so is its expiry.
+    for read in (get("a", b"a1", 1.05, 1.08, 200), get("a", None, 0.98, 1.0, 404)):
+        report = check([put("a", b"a1", 0.0, 0.1, 201, ttl=1), read], {"a": None})
+        assert report.ok, report.details()
+    for final_at in ((0.995, 0.995), (1.105, 1.105)):
+        for final in (b"a1", None):
+            report = check([put("a", b"a1", 0.0, 0.1, 201, ttl=1)], {"a": final}, final_at=final_at)
+            assert report.ok, (final_at, final, report.details())
+
+
+def test_a_value_read_well_after_its_expiry_is_a_resurrection() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=1), get("a", b"a1", 1.5, 1.6, 200)]
+    report = check(history, {"a": None}, final_at=(2.0, 2.0))
+    assert report.final_state_ok and not report.reads_ok
+    assert [(r.value, r.source, r.dead_by.ttl) for r in report.resurrected] == [
+        (b"a1", "GET at 1.500", 1)
+    ]
+    assert "after it expired" in report.details()
+    assert report.lost == () and report.stale_reads == ()
+
+
+def test_an_expired_value_in_the_final_state_is_a_resurrection() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 504, ttl=1)]  # even unacknowledged: it expired
+    report = check(history, {"a": b"a1"}, final_at=(5.0, 5.0))
+    assert not report.final_state_ok
+    assert [(r.value, r.in_final_state) for r in report.resurrected] == [(b"a1", True)]
+    # The default final state is observed after everything: every ttl expired.
+    assert not check(history, {"a": b"a1"}).final_state_ok
+
+
+def test_an_expiring_value_must_be_seen_before_its_expiry() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=1), get("a", None, 0.5, 0.6, 404)]
+    report = check(history, {"a": b"a1"}, final_at=(0.7, 0.7))
+    assert report.final_state_ok and not report.reads_ok
+    assert [stale.missed.value for stale in report.stale_reads] == [b"a1"]
+    # Absent from the final state before it can have expired: lost, not resurrected.
+    report = check(history[:1], {"a": None}, final_at=(0.7, 0.8))
+    assert [lost.write.value for lost in report.lost] == [b"a1"]
+    assert report.resurrected == ()
+
+
+def test_an_expired_write_does_not_bring_back_the_value_it_overwrote() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        put("a", b"a2", 0.2, 0.3, 201, ttl=1),
+        get("a", None, 2.0, 2.1, 404),
+        get("a", b"a1", 2.2, 2.3, 200),
+    ]
+    report = check(history, {"a": b"a1"}, final_at=(3.0, 3.0))
+    assert report.lost == () and report.stale_reads == ()
+    assert [(r.source, r.dead_by.value) for r in report.resurrected] == [
+        ("final read", b"a2"),
+        ("GET at 2.200", b"a2"),
+    ]
+    assert check(history[:3], {"a": None}, final_at=(3.0, 3.0)).ok
+
+
+def test_a_later_put_without_ttl_keeps_the_key() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201, ttl=1),
+        put("a", b"a2", 0.5, 0.6, 201),
+        get("a", b"a2", 5.0, 5.1, 200),
+    ]
+    assert check(history, {"a": b"a2"}, final_at=(10.0, 10.0)).ok
+    assert check(history, {"a": b"a2"}).ok  # long after every ttl
+    report = check(history, {"a": None}, final_at=(10.0, 10.0))
+    assert [lost.write.value for lost in report.lost] == [b"a2"]
+    assert report.resurrected == ()
+    report = check([*history, get("a", None, 6.0, 6.1, 404)], {"a": b"a2"})
+    assert [stale.missed.value for stale in report.stale_reads] == [b"a2"]
+
+
+def test_a_later_put_with_ttl_expires_the_key_again() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201), put("a", b"a2", 0.5, 0.6, 201, ttl=2)]
+    assert check(history, {"a": b"a2"}, final_at=(1.0, 1.0)).ok
+    assert check(history, {"a": None}, final_at=(3.0, 3.0)).ok
+    report = check(history, {"a": None}, final_at=(1.0, 1.0))  # before a2 can expire
+    assert b"a2" in [lost.write.value for lost in report.lost]
+    assert report.resurrected == ()
+
+
+def test_a_delete_after_an_expiring_put_keeps_the_key_absent() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=3), delete("a", 0.5, 0.6, 202)]
+    assert check(history, {"a": None}, final_at=(1.0, 1.0)).ok
+    report = check(history, {"a": b"a1"}, final_at=(1.0, 1.0))
+    assert [r.dead_by.kind for r in report.resurrected] == [Kind.DELETE]
+
+
+def test_lost_and_resurrected_are_told_apart_on_one_key() -> None:
+    # a1 deleted, then a3 written: a final a1 both resurrects a1 and loses a3.
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        delete("a", 0.2, 0.3, 202),
+        put("a", b"a3", 0.4, 0.5, 201),
+    ]
+    report = check(history, {"a": b"a1"})
+    assert [lost.write.value for lost in report.lost] == [b"a3"]
+    assert [r.dead_by.kind for r in report.resurrected] == [Kind.DELETE]
+
+
+def test_the_final_state_may_be_observed_at_a_time_per_key() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=1), put("b", b"b1", 0.0, 0.1, 201, ttl=1)]
+    final_at = {"a": (0.5, 0.6), "b": (2.0, 2.1)}
+    assert check(history, {"a": b"a1", "b": None}, final_at=final_at).ok
+    assert not check(history, {"a": None, "b": b"b1"}, final_at=final_at).ok
+
+
+def test_the_expiry_window_widens_by_the_clock_slack() -> None:
+    # Expired by 1.1 at the latest; a read beginning within CLOCK_SLACK after may see it.
+    just_after = 1.1 + CLOCK_SLACK / 2
+    history = [put("a", b"a1", 0.0, 0.1, 201, ttl=1), get("a", b"a1", just_after, 1.2, 200)]
+    assert check(history, {"a": None}).ok
+    assert not check(history, {"a": None}, clock_slack=0.0).reads_ok

@@ -5,7 +5,8 @@ Each client thread picks, with its own seeded random, a node, a key from a small
 space (so writes overwrite each other) and an operation, sends it straight to the node
 (127.0.0.1, never through Toxiproxy) and records invoke time, completion time and
 status. Every PUT sends a value no other operation sends, so a value read names the write
-it came from.
+it came from. Some PUTs expire (`ttl=SECONDS`, SPEC.md rule 8.6, 1-3 s by default), so
+the history holds deletes, expiring writes and the writes that outlive them.
 """
 
 from __future__ import annotations
@@ -22,29 +23,42 @@ from tests.launcher import Node, entity_url, request
 
 @dataclass(frozen=True)
 class Mix:
-    """Shares of each operation; the rest of 1.0 after PUT and DELETE are GETs."""
+    """Shares of each operation; the rest of 1.0 after PUT and DELETE are GETs.
+    `expiring`: the share of PUTs sent with a ttl, a whole number of seconds drawn from
+    `ttl_seconds` (both ends included)."""
 
     put: float = 0.6
     delete: float = 0.1
+    expiring: float = 0.25
+    ttl_seconds: tuple[int, int] = (1, 3)
 
 
 def key_space(size: int) -> list[str]:
     return [f"key-{index:02d}" for index in range(size)]
 
 
-def attempt(node: Node, kind: Kind, key: str, value: bytes | None, timeout: float) -> Op:
-    """Sends one operation at the node's default quorum and records it. No answer within
-    `timeout` (or a lost connection) is recorded with status and completion None."""
+def attempt(
+    node: Node,
+    kind: Kind,
+    key: str,
+    value: bytes | None,
+    timeout: float,
+    ttl: int | None = None,
+) -> Op:
+    """Sends one operation at the node's default quorum (a PUT with `ttl=SECONDS` when
+    `ttl` is given) and records it. No answer within `timeout` (or a lost connection) is
+    recorded with status and completion None."""
+    url = entity_url(node.url, key) + ("" if ttl is None else f"&ttl={ttl}")
     invoked = time.monotonic()
     body = value if kind is Kind.PUT else None
     try:
-        response = request(kind.value, entity_url(node.url, key), body=body, timeout=timeout)
+        response = request(kind.value, url, body=body, timeout=timeout)
     except OSError:
-        return Op(kind, key, value, invoked, None, None)
+        return Op(kind, key, value, invoked, None, None, ttl)
     completed = time.monotonic()
     if kind is Kind.GET:
         value = response.body if response.status == 200 else None
-    return Op(kind, key, value, invoked, completed, response.status)
+    return Op(kind, key, value, invoked, completed, response.status, ttl)
 
 
 class Clients:
@@ -97,7 +111,10 @@ class Clients:
             if draw < self._mix.put:
                 sequence += 1
                 value = f"client{index}-{sequence}".encode()
-                history.append(attempt(node, Kind.PUT, key, value, self._timeout))
+                ttl = None
+                if rng.random() < self._mix.expiring:
+                    ttl = rng.randint(*self._mix.ttl_seconds)
+                history.append(attempt(node, Kind.PUT, key, value, self._timeout, ttl))
             elif draw < self._mix.put + self._mix.delete:
                 history.append(attempt(node, Kind.DELETE, key, None, self._timeout))
             else:

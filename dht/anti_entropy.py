@@ -67,6 +67,7 @@ class AntiEntropy:
         clock: HybridClock,
         interval: float,
         rate: float,
+        tombstone_grace: float,
     ) -> None:
         self._self_url = self_url
         self._storage = storage
@@ -75,6 +76,7 @@ class AntiEntropy:
         self._clock = clock
         self.interval = interval
         self._pause = 1.0 / rate
+        self._grace_ms = round(tombstone_grace * 1000)
         self.ready = False
         self.stats = {url: ExchangeStats() for url in trees.leaves}
         self._task: asyncio.Task[None] | None = None
@@ -186,7 +188,10 @@ class AntiEntropy:
         theirs = await peer.get(key)
         ours = self._storage.get(key)
         winner = newest([ours, theirs])
-        if winner is None:
+        if winner is None or (self._past_grace(winner) and None in (ours, theirs)):
+            # A record dead past its grace is not copied to a side that has none (to
+            # that side it reads the same): the collector on the other side removes it,
+            # where otherwise the two would hand it back and forth between collections.
             return
         if winner != ours and winner.supersedes(ours):
             if self._store(url, key, winner):
@@ -194,6 +199,10 @@ class AntiEntropy:
         if winner != theirs and winner.supersedes(theirs):
             if await peer.put(key, winner):
                 self.stats[url].records_sent += 1
+
+    def _past_grace(self, record: Record) -> bool:
+        dead = record.dead_since()
+        return dead is not None and self._clock.wall_ms() - dead > self._grace_ms
 
     def _store(self, url: str, key: bytes, record: Record) -> bool:
         try:

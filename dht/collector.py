@@ -32,22 +32,13 @@ log = logging.getLogger(__name__)
 _BATCH = 1_000
 
 
-def dead_since(record: Record) -> int | None:
-    """When a record stopped being readable (wall ms), or None while it is live."""
-    if record.tombstone:
-        return version_ms(record.version)
-    if record.expires_at:
-        return record.expires_at
-    return None
-
-
 def collectible(
     record: Record, now_ms: int, grace_ms: int, exchanged_since: list[int | None]
 ) -> bool:
     """The rule: dead for longer than the grace, and each other holder's last completed
     exchange with this node began after the record was written (`exchanged_since`: that
     start per holder, None for one never exchanged with)."""
-    dead = dead_since(record)
+    dead = record.dead_since()
     if dead is None or now_ms - dead <= grace_ms:
         return False
     written = version_ms(record.version)
@@ -98,7 +89,7 @@ class Collector:
         collected = 0
         dead: list[tuple[bytes, Record]] = []
         for count, (key, record) in enumerate(self._storage.scan(b"", None), start=1):
-            if dead_since(record) is not None:
+            if record.dead_since() is not None:
                 dead.append((key, record))
             if count % _BATCH == 0:
                 collected += self._collect(dead)

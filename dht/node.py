@@ -70,6 +70,7 @@ class Node:
             self.clock,
             config.anti_entropy_interval,
             config.anti_entropy_rate,
+            config.tombstone_grace,
         )
         self.storage.on_change = self.trees.change  # after the snapshot the trees load
         self.internal.exchange_answerer = self.anti_entropy.answer

@@ -21,6 +21,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from dht.clock import version_ms
+
 FORMAT_V1 = 1
 FORMAT_V2 = 2
 _HEADER_V1 = struct.Struct(">BQB")
@@ -54,6 +56,13 @@ class Record:
         version) are broken by tombstone, value, expiry, copies, so every replica picks
         the same one."""
         return (self.version, self.tombstone, self.value, self.expires_at, self.copies)
+
+    def dead_since(self) -> int | None:
+        """When the record stopped being readable (wall ms), or None while it may be:
+        a tombstone from its version's time, an expiring record from its expiry."""
+        if self.tombstone:
+            return version_ms(self.version)
+        return self.expires_at or None
 
     def live_at(self, now_ms: int) -> bool:
         """Whether a read at wall-clock `now_ms` sees a value: not deleted, not expired."""
