@@ -75,7 +75,7 @@ class AntiEntropy:
         self._peers = peers
         self._clock = clock
         self.interval = interval
-        self._pause = 1.0 / rate
+        self._rate = rate
         self._grace_ms = round(tombstone_grace * 1000)
         self.ready = False
         self.stats = {url: ExchangeStats() for url in trees.leaves}
@@ -177,10 +177,18 @@ class AntiEntropy:
         answer = await self._ask(url, {"op": "digests", "leaves": leaves})
         theirs = {bytes.fromhex(k): (v, d) for k, v, d in answer["entries"]}
         ours = {key: (e.version, e.digest) for key, e in self._shared_digests(url, leaves)}
+        pace = Pace(self._rate)  # --anti-entropy-rate
         for key in sorted(theirs.keys() | ours.keys()):
-            if theirs.get(key) != ours.get(key):
-                await self._reconcile(url, key)
-                await asyncio.sleep(self._pause)  # --anti-entropy-rate
+            if theirs.get(key) == ours.get(key):
+                continue
+            if key not in theirs and self._past_grace_here(key):
+                continue  # they collected it, ours goes next (see _reconcile): no call
+            await pace.step()
+            await self._reconcile(url, key)
+
+    def _past_grace_here(self, key: bytes) -> bool:
+        record = self._storage.get(key)
+        return record is not None and self._past_grace(record)
 
     async def _reconcile(self, url: str, key: bytes) -> None:
         """Newest wins both ways: the peer's record here if newer, ours there if newer."""
@@ -247,6 +255,21 @@ class AntiEntropy:
             for key, entry in self._storage.digests(leaf)
             if url in self._trees.sharing(key, entry.copies)
         ]
+
+
+class Pace:
+    """At most `rate` steps a second: a step waits only when the ones before it came
+    faster than that, so the work of a step is not added on top of the pause."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next = time.monotonic()
+
+    async def step(self) -> None:
+        now = time.monotonic()
+        if self._next > now:
+            await asyncio.sleep(self._next - now)
+        self._next = max(self._next, now) + self._interval
 
 
 def _log_if_failed(write: asyncio.Future[bool]) -> None:

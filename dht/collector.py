@@ -30,6 +30,9 @@ from dht.storage import Storage
 log = logging.getLogger(__name__)
 
 _BATCH = 1_000
+# A pass that removed this many records compacts LevelDB afterwards, so the disk space
+# comes back (removing a record writes a delete marker; only compaction drops both).
+COMPACT_AFTER = 10_000
 
 
 def collectible(
@@ -83,6 +86,9 @@ class Collector:
                 continue
             if collected:
                 log.info("collected %d tombstones and expired records", collected)
+            if collected >= COMPACT_AFTER:
+                await self._storage.compact()
+                log.info("compacted storage after the collection")
 
     async def collect_pass(self) -> int:
         """One pass over every record; returns how many it removed."""

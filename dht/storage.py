@@ -227,6 +227,16 @@ class Storage:
             self.on_change(key, old, None)
         return True
 
+    async def compact(self) -> None:
+        """LevelDB's manual compaction of records and digests: after a collection removed
+        many of them, their delete markers and the values they hid only leave the disk
+        when a compaction passes over them. It runs in the writer thread, so `close`
+        waits for it before closing the database."""
+        await asyncio.get_running_loop().run_in_executor(
+            self._writer,
+            lambda: self._db.compact_range(start=DIGESTS_PREFIX, stop=RECORDS_PREFIX + b"\xff"),
+        )
+
     def _index_digests(self) -> None:
         """Gives every record its digest entry, once, in a data folder from before the
         digest index (a format-1 folder, say)."""
