@@ -3,35 +3,25 @@ the records each node itself stores (versions included), read without coordinati
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from dht.record import Record
-from tests.launcher import Node, request
-
-
-def status(node: Node) -> dict[str, Any]:
-    response = request("GET", node.url + "/v0/status", timeout=5.0)
-    if response.status != 200:
-        raise RuntimeError(f"{node.url} status: {response.status} {response.text}")
-    answer: dict[str, Any] = json.loads(response.body)
-    return answer
+from tests.launcher import Node
 
 
 def read_repairs(node: Node) -> int:
-    return int(status(node)["read_repairs"])
+    return int(node.status()["read_repairs"])
 
 
 def pending_hints(node: Node, target: Node) -> int:
     """Hints `node` holds for `target` (keyed by the target's cluster URL)."""
-    return int(status(node)["peers"][target.cluster_url]["pending_hints"])
+    return int(node.status()["peers"][target.cluster_url]["pending_hints"])
 
 
 def breaker_towards(node: Node, target: Node) -> str:
     """The state of `node`'s circuit to `target`: "closed", "open" or "half-open"."""
-    return str(status(node)["peers"][target.cluster_url]["breaker"])
+    return str(node.status()["peers"][target.cluster_url]["breaker"])
 
 
 def record_of(node: Node, key: str) -> Record | None:

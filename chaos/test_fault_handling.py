@@ -20,7 +20,7 @@ from typing import ParamSpec
 
 import pytest
 
-from chaos.observe import breaker_towards, status
+from chaos.observe import breaker_towards
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Node, Response, wait_for
 from tests.spec.rules import rule
@@ -290,7 +290,7 @@ class InFlightSampler:
 
     def _run(self) -> None:
         while not self._stopping.wait(0.02):
-            self.peak = max(self.peak, int(status(self._node)["in_flight"]))
+            self.peak = max(self.peak, int(self._node.status()["in_flight"]))
 
 
 @rule("7.6")
@@ -327,10 +327,10 @@ def test_overload_burst_gets_fast_503s_and_the_node_recovers(
     # A request that had queued behind the first `cap` would have waited two latencies.
     assert served[-1] < 2 * latency, f"a served request took {served[-1]:.2f}s: queued"
     assert 0 < sampler.peak <= cap, f"{sampler.peak} requests in flight, over the bound {cap}"
-    assert int(status(node)["overload_refusals"]) == len(refusals)
+    assert int(node.status()["overload_refusals"]) == len(refusals)
 
     # The burst leaves nothing behind, even with the peers still slow.
-    wait_for(lambda: int(status(node)["in_flight"]), lambda count: count == 0)
+    wait_for(lambda: int(node.status()["in_flight"]), lambda count: count == 0)
     assert node.put("after-burst", b"v").status == 201
     testbed.heal()
     after, after_elapsed = timed(node.get, "after-burst")

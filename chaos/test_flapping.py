@@ -32,7 +32,6 @@ from chaos.observe import (
     differences,
     live_differences,
     records_by_node,
-    status,
     wall_ms,
     zombies,
 )
@@ -108,9 +107,9 @@ def test_every_replica_converges_to_the_same_records_after_the_faults_stop(
     print(
         f"\nconverged: {not diverging}, {waited:.2f}s after heal; "
         f"{len(snapshots[0])} keys per node; "
-        f"hints delivered {[status(node)['hints_delivered'] for node in nodes]}, "
-        f"dropped {[status(node)['hints_dropped'] for node in nodes]}, "
-        f"read repairs {[status(node)['read_repairs'] for node in nodes]}"
+        f"hints delivered {[node.status()['hints_delivered'] for node in nodes]}, "
+        f"dropped {[node.status()['hints_dropped'] for node in nodes]}, "
+        f"read repairs {[node.status()['read_repairs'] for node in nodes]}"
     )
     assert not diverging, "\n".join(
         f"{key!r}: {records}" for key, records in list(diverging.items())[:10]
@@ -239,7 +238,7 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
         final[key] = record.value if record is not None and record.live_at(now_ms) else None
     report = check(history, final, final_at=observed)
 
-    statuses = [status(node) for node in cluster]
+    statuses = [node.status() for node in cluster]
     exchanges = [
         sum(peer["anti_entropy"]["exchanges"] for peer in node_status["peers"].values())
         for node_status in statuses

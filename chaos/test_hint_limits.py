@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from chaos.flags import FAST_FAULTS
-from chaos.observe import pending_hints, status
+from chaos.observe import pending_hints
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import wait_for
 from tests.spec.rules import rule
@@ -26,7 +26,7 @@ def test_hints_over_the_size_cap_drop_the_oldest_first(
     for key in keys:
         assert holder.put(key, VALUE).status == 201
     kept = pending_hints(holder, replica)
-    dropped = int(status(holder)["hints_dropped"])
+    dropped = int(holder.status()["hints_dropped"])
     assert 0 < kept <= 3000 // 250
     assert kept + dropped == len(keys)
 
@@ -55,6 +55,6 @@ def test_hints_older_than_the_age_cap_are_dropped_not_delivered(
 
     testbed.heal()
     wait_for(lambda: pending_hints(holder, replica), lambda count: count == 0)
-    assert int(status(holder)["hints_dropped"]) == len(keys)
-    assert int(status(holder)["hints_delivered"]) == 0
+    assert int(holder.status()["hints_dropped"]) == len(keys)
+    assert int(holder.status()["hints_delivered"]) == 0
     assert not any(key.startswith("aged-") for key in replica.local_records())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from chaos.flags import FAST_FAULTS
-from chaos.observe import pending_hints, read_repairs, status
+from chaos.observe import pending_hints, read_repairs
 from dht.testbed import Testbed
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node, wait_for
@@ -66,7 +66,7 @@ def test_a_replica_cut_off_during_writes_receives_them_by_hinted_handoff_in_boun
         lambda: [pending_hints(node, replica) for node in coordinators],
         lambda counts: counts == [0, 0],
     )
-    assert sum(int(status(node)["hints_delivered"]) for node in coordinators) == len(written)
+    assert sum(int(node.status()["hints_delivered"]) for node in coordinators) == len(written)
 
 
 @rule("9.6", "10.1")
@@ -90,4 +90,4 @@ def test_hints_survive_a_restart_of_the_hint_holder(
 
     delay = heal_and_await_handoff(testbed, cluster, replica, written)
     print(f"\nhints delivered {delay:.2f}s after heal, across a restart")
-    assert int(status(holder)["hints_delivered"]) == len(written)
+    assert int(holder.status()["hints_delivered"]) == len(written)

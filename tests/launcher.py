@@ -13,6 +13,7 @@ Ports are chosen free at run time on 127.0.0.1; every process is stopped at tear
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shlex
 import signal
@@ -24,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dht.config import NodeConfig
 from dht.record import Record, decode
@@ -362,6 +363,14 @@ class Node:
         """A replica read of this node only: RecordFound or RecordAbsent."""
         key = key.encode() if isinstance(key, str) else key
         return replica_call(self, lambda call_id: GetRecord(call_id, key))
+
+    def status(self) -> dict[str, Any]:
+        """The node's `/v0/status` document; raises RuntimeError on another answer."""
+        response = request("GET", self.url + "/v0/status", timeout=5.0)
+        if response.status != 200:
+            raise RuntimeError(f"{self.url} status: {response.status} {response.text}")
+        answer: dict[str, Any] = json.loads(response.body)
+        return answer
 
     def flag(self, name: str) -> str | None:
         """The value of `--name` among the node's extra arguments, if given."""

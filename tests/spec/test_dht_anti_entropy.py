@@ -21,10 +21,6 @@ ANTI_ENTROPY_ONLY = ["--hint-max-bytes", "0", "--anti-entropy-interval", "0.5"]
 CONVERGE_WITHIN = 20.0
 
 
-def status(node: Node) -> dict[str, object]:
-    return json.loads(request("GET", node.url + "/v0/status").body)  # type: ignore[no-any-return]
-
-
 def versions(records: dict[str, Record]) -> dict[str, tuple[int, bool]]:
     return {key: (record.version, record.tombstone) for key, record in records.items()}
 
@@ -56,7 +52,7 @@ def test_a_replica_that_missed_writes_with_hints_off_converges_by_anti_entropy_a
     records = wait_until_same_records(cluster, cluster[2])
     assert len([k for k in records if k.startswith("missed-")]) == 40
     assert all(records[f"before-{i}"].tombstone for i in range(0, 20, 4))
-    received = [status(cluster[2])["peers"][url]["anti_entropy"] for url in cluster.urls[:2]]  # type: ignore[index]
+    received = [cluster[2].status()["peers"][url]["anti_entropy"] for url in cluster.urls[:2]]
     assert sum(peer["records_received"] for peer in received) >= 45, received
 
 
@@ -91,7 +87,7 @@ def test_a_replica_that_missed_a_delete_does_not_bring_the_value_back_after_coll
     expect(cluster[0].delete("zombie", "2/3"), 202)
     # Well past the grace, with collection passes every 0.25 s: the tombstone stays,
     # since C has not exchanged with A or B since the delete.
-    wait_for(lambda: status(cluster[0])["tombstones"]["passes"], lambda p: p >= 8, deadline=10.0)  # type: ignore[index]
+    wait_for(lambda: cluster[0].status()["tombstones"]["passes"], lambda p: p >= 8, deadline=10.0)
     for node in cluster.nodes[:2]:
         kept = node.local_records().get("zombie")
         assert kept is not None and kept.tombstone, f"{node.url} dropped the tombstone: {kept}"
@@ -108,10 +104,10 @@ def test_a_replica_that_missed_a_delete_does_not_bring_the_value_back_after_coll
         expect(node.get("zombie", "3/3"), 404, context=f"{node.url} after collection")
         expect(node.get("kept"), 200, b"live value")
     wait_for(
-        lambda: status(cluster[2])["peers"][cluster.urls[0]]["anti_entropy"]["exchanges"],
+        lambda: cluster[2].status()["peers"][cluster.urls[0]]["anti_entropy"]["exchanges"],
         lambda n: n >= 3,
         deadline=10.0,
-    )  # type: ignore[index]
+    )
     for node in cluster:
         assert "zombie" not in node.local_records(), f"{node.url} holds the key again"
 
@@ -129,7 +125,7 @@ def test_expired_records_are_collected_once_past_the_grace(start_cluster: Cluste
             lambda keys: keys == ["permanent"],
             deadline=CONVERGE_WITHIN,
         )
-    assert status(cluster[0])["tombstones"]["collected"] == 10  # type: ignore[index]
+    assert cluster[0].status()["tombstones"]["collected"] == 10
 
 
 @rule("11.4")
@@ -141,7 +137,7 @@ def test_the_exchange_endpoint_wants_the_secret_and_answers_bad_requests_400(
     ask = {"op": "hashes", "level": 0, "nodes": [0], "peer": cluster.urls[1]}
     assert request("POST", url, json.dumps(ask).encode()).status == 403
     secret = {"X-Dht-Secret": "exchange-secret"}
-    wait_for(lambda: status(cluster[0])["anti_entropy"]["trees_ready"], bool)  # type: ignore[index]
+    wait_for(lambda: cluster[0].status()["anti_entropy"]["trees_ready"], bool)
     answer = request("POST", url, json.dumps(ask).encode(), headers=secret)
     assert answer.status == 200 and len(json.loads(answer.body)["hashes"]) == 1, answer
     for bad in [
@@ -171,7 +167,7 @@ def test_collected_tombstones_are_not_handed_back_and_forth(start_cluster: Clust
     moved = sum(
         peer["anti_entropy"]["records_sent"] + peer["anti_entropy"]["records_received"]
         for node in cluster
-        for peer in status(node)["peers"].values()  # type: ignore[union-attr]
+        for peer in node.status()["peers"].values()
     )
     # 0 in practice (21 when they were handed back); a few may race the writes' own
     # background replication.

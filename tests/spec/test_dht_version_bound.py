@@ -4,26 +4,18 @@ runaway clock can break writes or push the cluster into the future."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
 from dht.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.record import Record
 from dht.replica_protocol import Failed, RecordFound, Stored
 from tests.fixtures import ClusterFactory
-from tests.launcher import Node, request, wait_for
+from tests.launcher import wait_for
 from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 
 YEAR = 365 * 24 * 3600
-
-
-def status(node: Node) -> dict[str, Any]:
-    answer: dict[str, Any] = json.loads(request("GET", node.url + "/v0/status").body)
-    return answer
 
 
 @rule("8.4")
@@ -41,7 +33,7 @@ def test_a_forged_maximal_version_is_refused_and_every_write_still_works(
         assert node.put(key, b"good").status == 201
         answer = node.get(key)
         assert (answer.status, answer.body) == (200, b"good")
-    assert status(node)["versions_refused"] == 1
+    assert node.status()["versions_refused"] == 1
     assert "refused a replica write of b'victim'" in node.log_tail()
 
 
@@ -90,7 +82,7 @@ def test_a_node_a_year_ahead_cannot_push_the_cluster_into_the_future(
     assert healthy[0].get("through-skewed", "2/3").body == b"today"
 
     refused = wait_for(
-        lambda: [status(node)["versions_refused"] for node in healthy],
+        lambda: [node.status()["versions_refused"] for node in healthy],
         lambda counts: all(count >= 1 for count in counts),
     )
     for node in healthy:
