@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
 from dht.conformance.spec import SPEC_PATH, TIERS, load_rules
+from dht.testbed import free_ports
 
 REPOSITORY = SPEC_PATH.parent
 SPEC_TESTS = REPOSITORY / "tests" / "spec"
@@ -150,9 +150,7 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
     """Starts one node alone, as the tests will, and waits for /v0/status: None when it
     answered 200, else why not (its exit and last output). A command that cannot start
     at all is told in one line before a single rule runs, not once per rule."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="dht-conformance-") as data_dir:
         line = node_command.format(port=port, data_dir=data_dir, cluster=url, self=url)

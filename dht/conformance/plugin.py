@@ -39,8 +39,7 @@ class ResultRecorder:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:  # those left after -m and -k
-            tiers = [tier for tier in TIERS if item.get_closest_marker(tier)]
-            rules = [n for marker in item.iter_markers("rule") for n in marker.args]
+            tiers, rules = markers_of(item)
             # JUnit XML carries them as the test case's properties.
             item.user_properties += [("tier", ",".join(tiers)), ("rules", ",".join(rules))]
             self.results[item.nodeid] = {
@@ -70,6 +69,12 @@ class ResultRecorder:
         with self.path.open("w", encoding="utf-8") as out:
             for result in self.results.values():
                 out.write(json.dumps(result) + "\n")
+
+
+def markers_of(item: pytest.Item) -> tuple[list[str], list[str]]:
+    """A spec test's tiers (there should be one) and the rule numbers it names."""
+    tiers = [tier for tier in TIERS if item.get_closest_marker(tier)]
+    return tiers, [number for marker in item.iter_markers("rule") for number in marker.args]
 
 
 def one_line(report: pytest.TestReport, phase: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.plugin import markers_of
 from dht.conformance.spec import TIERS, load_rules
 
 HERE = Path(__file__).parent
@@ -15,8 +16,7 @@ HERE = Path(__file__).parent
 
 def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:
     """What is wrong with a test's markers; `rules` maps each rule number to its tier."""
-    tiers = [tier for tier in TIERS if item.get_closest_marker(tier)]
-    numbers = [n for marker in item.iter_markers("rule") for n in marker.args]
+    tiers, numbers = markers_of(item)
     problems = []
     if len(tiers) != 1:
         problems.append(f"has tiers {tiers or 'none'}; it needs exactly one of {TIERS}")
