@@ -101,8 +101,15 @@ def _disk_full_or(exc: Exception) -> Exception:
 
 
 def repair(data_dir: Path) -> None:
-    """LevelDB's own repair: keeps every record it can still read."""
+    """LevelDB's own repair: keeps every record it can still read. It may keep a record
+    and lose its digest entry (or the reverse), so the digest index is marked for a
+    rebuild at the next start: writes decide what is newer by it."""
     plyvel.repair_db(str(data_dir / "leveldb"))
+    db = plyvel.DB(str(data_dir / "leveldb"))
+    try:
+        db.delete(DIGESTS_READY, sync=True)
+    finally:
+        db.close()
 
 
 def _digest_entries(iterator: Any) -> Iterator[tuple[bytes, Digest]]:
@@ -168,13 +175,19 @@ class Storage:
 
     def _prepared(self, key: bytes, record: Record) -> tuple[bytes, Digest | None, Digest] | None:
         """The bytes to store for `record`, admitted by the disk reserve, with the digest
-        entries it replaces and brings; None when what is stored is newer."""
-        if not record.supersedes(self.get(key)):
-            return None
+        entries it replaces and brings; None when what is stored is newer.
+
+        The stored version is read from the digest entry (17 bytes), not the record: the
+        stored value is read only when the versions tie, where last-write-wins looks at
+        the rest of the record."""
+        old = self.digest(key)
+        if old is not None and record.version <= old.version:
+            if record.version < old.version or not record.supersedes(self.get(key)):
+                return None
         data = encode(record)
         self.disk.admit(len(key) + len(data))
         new = Digest(record.version, record_digest(key, record), record.copies)
-        return data, self.digest(key), new
+        return data, old, new
 
     def _commit(self, key: bytes, data: bytes, old: Digest | None, new: Digest) -> None:
         self._store(key, data, new)
@@ -238,10 +251,13 @@ class Storage:
         )
 
     def _index_digests(self) -> None:
-        """Gives every record its digest entry, once, in a data folder from before the
-        digest index (a format-1 folder, say)."""
+        """Gives every record its digest entry, and no other entry is left, in a data
+        folder from before the digest index (a format-1 folder, say) or after a repair."""
         if self._db.get(DIGESTS_READY) is not None:
             return
+        with self._db.iterator(prefix=DIGESTS_PREFIX, include_value=False) as entries:
+            stale = list(entries)
+        write_or_disk_full(self._db, [], stale)
         puts: list[tuple[bytes, bytes]] = []
         count = 0
         for key, record in self.scan(b"", None):
@@ -253,7 +269,7 @@ class Storage:
                 puts = []
         write_or_disk_full(self._db, [*puts, (DIGESTS_READY, b"1")], [], sync=True)
         if count:
-            log.info("indexed the digests of %d records (first start with this version)", count)
+            log.info("indexed the digests of %d records", count)
 
     def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Record]]:
         """Every record (tombstones included) with start <= key < end, in byte order."""
