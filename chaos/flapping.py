@@ -15,9 +15,14 @@ from dht.testbed import Testbed, node_name
 
 @dataclass(frozen=True, slots=True)
 class Fault:
+    """One fault as applied: `started` and `ended` are on the monotonic clock (the
+    history's), from the fault's injection to the end of its heal."""
+
     kind: str
     node: int
     seconds: float
+    started: float = 0.0
+    ended: float = 0.0
 
     def __str__(self) -> str:
         return f"{self.kind} {node_name(self.node)} for {self.seconds:.2f}s"
@@ -66,11 +71,12 @@ def flap(
     try:
         while (left := ends - time.monotonic()) > 0:
             kind = rng.choice(sorted(FAULTS))
-            fault = Fault(kind, rng.randrange(size), min(rng.uniform(shortest, longest), left))
-            FAULTS[kind](testbed, fault.node, int(deadline * 1000))
-            applied.append(fault)
-            time.sleep(fault.seconds)  # the fault's lifetime, not a wait for a condition
+            node, seconds = rng.randrange(size), min(rng.uniform(shortest, longest), left)
+            started = time.monotonic()
+            FAULTS[kind](testbed, node, int(deadline * 1000))
+            time.sleep(seconds)  # the fault's lifetime, not a wait for a condition
             testbed.heal()
+            applied.append(Fault(kind, node, seconds, started, time.monotonic()))
     finally:
         testbed.heal()
     return applied

@@ -82,6 +82,7 @@ class Op:
     `status`: the HTTP status, or None when no answer came (time-out, connection lost):
     then `completed` is None too, since the write may take effect at any later time.
     `ttl`: for a PUT sent with `ttl=SECONDS`, those seconds; else None.
+    `node`: the name of the node the client sent it to (`node1`, ...), where recorded.
     """
 
     kind: Kind
@@ -91,6 +92,7 @@ class Op:
     completed: float | None
     status: int | None
     ttl: float | None = None
+    node: str | None = None
 
     @property
     def is_write(self) -> bool:

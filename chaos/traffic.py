@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chaos.history import Kind, Op
+from dht.testbed import node_name
 from tests.launcher import Node, entity_url, request
 
 
@@ -44,6 +45,7 @@ def attempt(
     value: bytes | None,
     timeout: float,
     ttl: int | None = None,
+    node_name: str | None = None,
 ) -> Op:
     """Sends one operation at the node's default quorum (a PUT with `ttl=SECONDS` when
     `ttl` is given) and records it. No answer within `timeout` (or a lost connection) is
@@ -54,11 +56,11 @@ def attempt(
     try:
         response = request(kind.value, url, body=body, timeout=timeout)
     except OSError:
-        return Op(kind, key, value, invoked, None, None, ttl)
+        return Op(kind, key, value, invoked, None, None, ttl, node_name)
     completed = time.monotonic()
     if kind is Kind.GET:
         value = response.body if response.status == 200 else None
-    return Op(kind, key, value, invoked, completed, response.status, ttl)
+    return Op(kind, key, value, invoked, completed, response.status, ttl, node_name)
 
 
 class Clients:
@@ -105,7 +107,8 @@ class Clients:
         history = self._histories[index]
         sequence = 0
         while not self._stopping.is_set():
-            node = rng.choice(self._nodes)
+            number = rng.randrange(len(self._nodes))  # the draw rng.choice would make
+            node, name = self._nodes[number], node_name(number)
             key = rng.choice(self._keys)
             draw = rng.random()
             if draw < self._mix.put:
@@ -114,8 +117,8 @@ class Clients:
                 ttl = None
                 if rng.random() < self._mix.expiring:
                     ttl = rng.randint(*self._mix.ttl_seconds)
-                history.append(attempt(node, Kind.PUT, key, value, self._timeout, ttl))
+                history.append(attempt(node, Kind.PUT, key, value, self._timeout, ttl, name))
             elif draw < self._mix.put + self._mix.delete:
-                history.append(attempt(node, Kind.DELETE, key, None, self._timeout))
+                history.append(attempt(node, Kind.DELETE, key, None, self._timeout, None, name))
             else:
-                history.append(attempt(node, Kind.GET, key, None, self._timeout))
+                history.append(attempt(node, Kind.GET, key, None, self._timeout, None, name))

@@ -182,6 +182,13 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         "the test bed (default %(default)s)",
     )
     parser.add_argument(
+        "--no-metrics",
+        dest="metrics",
+        action="store_false",
+        help="serve no GET /metrics and count nothing for it (the path then answers 400 "
+        "like any unknown one): only to measure what the counting costs (default: on)",
+    )
+    parser.add_argument(
         "--log-level",
         default=d.log_level,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -305,6 +312,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         log_level=args.log_level,
         max_clock_drift=args.max_clock_drift,
         clock_skew=args.clock_skew,
+        metrics=args.metrics,
         routes=tuple(parse_route(route, cluster) for route in args.route),
     )
 

@@ -77,6 +77,8 @@ def passed_settings(args: argparse.Namespace) -> list[str]:
         flags += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.sync_writes:
         flags.append("--sync-writes")
+    if not args.metrics:
+        flags.append("--no-metrics")
     return flags
 
 

@@ -43,6 +43,8 @@ class NodeConfig:
     max_clock_drift: float = 60.0
     # Seconds added to this node's wall clock: the test bed's skewed-clock fault.
     clock_skew: float = 0.0
+    # GET /metrics, and the counting behind it (off only to measure its cost).
+    metrics: bool = True
     # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
     routes: tuple[tuple[str, str], ...] = ()
 

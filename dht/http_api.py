@@ -82,9 +82,10 @@ class ClientApi:
         return {
             "/v0/status": Route({"GET": self.status}, counted=False),
             "/v0/entity": Route(
-                {"GET": self.get_entity, "PUT": self.put_entity, "DELETE": self.delete_entity}
+                {"GET": self.get_entity, "PUT": self.put_entity, "DELETE": self.delete_entity},
+                operations={"GET": "get", "PUT": "put", "DELETE": "delete"},
             ),
-            "/v0/entities": Route({"GET": self.entities}),
+            "/v0/entities": Route({"GET": self.entities}, operations={"GET": "range"}),
         }
 
     async def status(self, request: web.BaseRequest, params: Params) -> web.Response:

@@ -9,8 +9,9 @@ whole of what a node adds to aiohttp's own work before the handler runs.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 Params = dict[str, bytes]
 Handler = Callable[[web.BaseRequest, Params], Awaitable[web.StreamResponse]]
+# (operation, HTTP status, seconds): one client request answered, for the metrics.
+Observer = Callable[[str, int, float], None]
 
 
 def text(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -53,11 +56,16 @@ class Route:
     # Counted against --max-in-flight: client work is; health checks and replica
     # traffic are not, so client load cannot starve replication or hide the node's health.
     counted: bool = True
+    # Method -> the operation's name in the metrics (counted routes only).
+    operations: dict[str, str] = field(default_factory=dict)
 
 
 class HttpServer:
-    def __init__(self, routes: dict[str, Route], max_in_flight: int) -> None:
+    def __init__(
+        self, routes: dict[str, Route], max_in_flight: int, observe: Observer | None = None
+    ) -> None:
         self._routes = routes
+        self._observe = observe
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.refused = 0
@@ -74,14 +82,20 @@ class HttpServer:
             return text(405, f"Method Not Allowed: {request.method}", {"Allow": allow})
         if not route.counted:
             return await self._call(handler, request, query)
+        started = time.perf_counter()
         if self.in_flight >= self.max_in_flight:
             self.refused += 1
-            return text(503, "Overloaded", {"Retry-After": "1"})
-        self.in_flight += 1
-        try:
-            return await self._call(handler, request, query)
-        finally:
-            self.in_flight -= 1
+            response: web.StreamResponse = text(503, "Overloaded", {"Retry-After": "1"})
+        else:
+            self.in_flight += 1
+            try:
+                response = await self._call(handler, request, query)
+            finally:
+                self.in_flight -= 1
+        if self._observe is not None:
+            operation = route.operations.get(request.method, request.method.lower())
+            self._observe(operation, response.status, time.perf_counter() - started)
+        return response
 
     async def _call(
         self, handler: Handler, request: web.BaseRequest, query: str

@@ -4,6 +4,7 @@ until SIGTERM or Ctrl-C, then stops them in order."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -20,11 +21,12 @@ from dht.config import NodeConfig
 from dht.coordinator import Coordinator
 from dht.hints import HintDelivery, HintStore
 from dht.http_api import ClientApi
-from dht.http_server import HttpServer
+from dht.http_server import HttpServer, Params, Route
 from dht.internal_api import InternalApi
 from dht.listener import SharedPortSite
 from dht.log_limits import QuietMalformedHttp
 from dht.merkle import MerkleTrees
+from dht.metrics import CONTENT_TYPE, Metrics
 from dht.peers import Peers
 from dht.replica_protocol import MESSAGE_OVERHEAD
 from dht.ring import Ring
@@ -83,14 +85,28 @@ class Node:
         )
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
+        self.ring_share = self.ring.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
-        self.http = HttpServer(client.routes() | self.internal.routes(), config.max_in_flight)
+        routes = client.routes() | self.internal.routes()
+        self.metrics: Metrics | None = None
+        if config.metrics:
+            self.metrics = Metrics(self.status, config.data_dir)
+            for url, peer in self.peers.by_url.items():
+                peer.observe_call = functools.partial(self.metrics.replica_call, url)
+            routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
+        observe = self.metrics.client_request if self.metrics else None
+        self.http = HttpServer(routes, config.max_in_flight, observe)
+
+    async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
+        assert self.metrics is not None
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     def status(self) -> dict[str, Any]:
         return {
             "node": self.config.self_url,
             "cluster": list(self.ring.nodes),
             "ring_identity": self.ring.identity,
+            "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
             "in_flight": self.http.in_flight,
             "max_in_flight": self.http.max_in_flight,

@@ -46,9 +46,19 @@ class PeerUnavailable(PeerError):
     """The peer's circuit is open: nothing was sent."""
 
 
+# (outcome, seconds to the answer or None): one call to a peer ended, for the metrics.
+CallObserver = Callable[[str, float | None], None]
+
+
+def _unobserved(outcome: str, seconds: float | None) -> None:
+    pass
+
+
 class Peer:
     def __init__(self, url: str, config: NodeConfig, ring_identity: str) -> None:
         self.url = url
+        # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
+        self.observe_call: CallObserver = _unobserved
         self.timeout = config.timeout
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
         hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
@@ -107,6 +117,7 @@ class Peer:
         result: asyncio.Future[T] = loop.create_future()
         is_probe = self.breaker.state is not State.CLOSED
         if not self.breaker.allow():
+            self.observe_call("circuit_open", None)
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
         call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for)
@@ -172,31 +183,36 @@ class Peer:
         records its outcome as `_PendingCall` does for channel calls."""
         is_probe = self.breaker.state is not State.CLOSED
         if not self.breaker.allow():
+            self.observe_call("circuit_open", None)
             raise PeerUnavailable(f"{self.url}: circuit open")
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
                 result = await call()
         except asyncio.CancelledError:
+            self.observe_call("cancelled", None)
             if is_probe:
                 self.breaker.release_probe()
             raise
         except TimeoutError as exc:
-            self._failed()
+            self._failed("timeout", None)
             raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            self._failed()
+            self._failed("error", None)
             raise PeerError(f"{self.url}: {exc!r}") from exc
         except PeerError:
-            self._failed()
+            self._failed("error", time.perf_counter() - started)
             raise
-        self._succeeded()
+        self._succeeded(time.perf_counter() - started)
         return result
 
-    def _succeeded(self) -> None:
+    def _succeeded(self, seconds: float) -> None:
+        self.observe_call("ok", seconds)
         self.breaker.record_success()
         self._log_transition()
 
-    def _failed(self) -> None:
+    def _failed(self, outcome: str, seconds: float | None) -> None:
+        self.observe_call(outcome, seconds)
         self.breaker.record_failure()
         self._log_transition()
 
@@ -236,7 +252,7 @@ class _PendingCall(Generic[T]):
     outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
     bad answer is a failure; a cancellation (no one needs the answer) is neither."""
 
-    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "sent")
+    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "_started", "sent")
 
     def __init__(
         self,
@@ -252,6 +268,7 @@ class _PendingCall(Generic[T]):
         self._result_of = result_of
         self._is_probe = is_probe
         self.sent = sent  # loop time; the peer's deadline sweep reads it
+        self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
         result.add_done_callback(self._settled)
         self._call_id = peer.channel.call(request_for, self._answered)
 
@@ -262,15 +279,16 @@ class _PendingCall(Generic[T]):
     def _answered(self, answer: Answer | PeerError) -> None:
         if self._result.done():
             return  # past its deadline, or cancelled: the answer is not wanted
-        if isinstance(answer, PeerError):
-            self._fail(answer)
+        if isinstance(answer, PeerError):  # the connection failed: no answer came
+            self._fail(answer, "error", None)
             return
+        seconds = time.perf_counter() - self._started
         try:
             value = self._result_of(answer)
         except PeerError as error:
-            self._fail(error)
+            self._fail(error, "error", seconds)
             return
-        self._peer._succeeded()
+        self._peer._succeeded(seconds)
         self._result.set_result(value)
 
     def expire(self) -> None:
@@ -278,15 +296,17 @@ class _PendingCall(Generic[T]):
             return
         self._peer.channel.forget(self._call_id)
         self._peer.channel.deadline_missed(self.sent)
-        self._fail(PeerError(f"{self._peer.url}: no answer within {self._peer.timeout}s"))
+        error = PeerError(f"{self._peer.url}: no answer within {self._peer.timeout}s")
+        self._fail(error, "timeout", None)
 
-    def _fail(self, error: PeerError) -> None:
+    def _fail(self, error: PeerError, outcome: str, seconds: float | None) -> None:
         if not self._result.done():
-            self._peer._failed()
+            self._peer._failed(outcome, seconds)
             self._result.set_exception(error)
 
     def _settled(self, result: asyncio.Future[T]) -> None:
         if result.cancelled():
+            self._peer.observe_call("cancelled", None)
             self._peer.channel.forget(self._call_id)
             if self._is_probe:
                 self._peer.breaker.release_probe()

@@ -47,6 +47,18 @@ class Ring:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def shares(self) -> dict[str, float]:
+        """Each node's share of the hash space as a key's first replica (so of the keys,
+        for uniform hashes), summing to 1. A token owns the arc from the token before it
+        (exclusive) to itself; the first token also owns the arc that wraps past 2**64."""
+        space = 1 << 64
+        arcs = dict.fromkeys(self.nodes, 0)
+        previous = self._tokens[-1] - space
+        for point, owner in zip(self._tokens, self._owners, strict=True):
+            arcs[owner] += point - previous
+            previous = point
+        return {node: arc / space for node, arc in arcs.items()}
+
     def replicas_for(self, key: bytes, count: int) -> list[str]:
         """The first `count` distinct nodes clockwise from the key's hash."""
         count = min(count, len(self.nodes))

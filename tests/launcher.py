@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from dht.config import NodeConfig
 from dht.record import Record, decode
 from dht.replica_protocol import (
@@ -298,6 +300,17 @@ class Node:
         self.stop()
         self.start()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes as in a long GC pause; its sockets stay open and
+        the kernel keeps accepting connections for it, but nothing answers."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a paused node runs on from where it stopped."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -307,6 +320,7 @@ class Node:
             return None
         if self.process.poll() is None:
             self.process.send_signal(signum)
+            self.process.send_signal(signal.SIGCONT)  # a paused node cannot act on SIGTERM
             try:
                 self.process.wait(timeout=STOP_DEADLINE)
             except subprocess.TimeoutExpired:
@@ -372,6 +386,13 @@ class Node:
         answer: dict[str, Any] = json.loads(response.body)
         return answer
 
+    def metrics(self) -> Metrics:
+        """The node's `GET /metrics`, parsed; raises RuntimeError on another answer."""
+        response = request("GET", self.url + "/metrics", timeout=5.0)
+        if response.status != 200:
+            raise RuntimeError(f"{self.url} metrics: {response.status} {response.text}")
+        return Metrics.parse(response.body.decode())
+
     def flag(self, name: str) -> str | None:
         """The value of `--name` among the node's extra arguments, if given."""
         for index, arg in enumerate(self.extra_args):
@@ -380,6 +401,38 @@ class Node:
             if arg.startswith(name + "="):
                 return arg.partition("=")[2]
         return None
+
+
+class Metrics:
+    """Samples of a Prometheus text page: `metrics["dht_read_repairs_total"]`, or with
+    labels `metrics.value("dht_hints_pending", peer=url)`; 0.0 for a sample not there."""
+
+    def __init__(self, samples: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> None:
+        self.samples = samples
+
+    @classmethod
+    def parse(cls, page: str) -> Metrics:
+        samples = {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(page)
+            for sample in family.samples
+        }
+        return cls(samples)
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sum of `name`'s samples whose labels include `labels`."""
+        wanted = set(labels.items())
+        return sum(
+            value
+            for (sample, sample_labels), value in self.samples.items()
+            if sample == name and wanted <= sample_labels
+        )
+
+    def __getitem__(self, name: str) -> float:
+        return self.value(name)
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.samples}
 
 
 class Cluster:

@@ -161,3 +161,26 @@ def test_adding_a_node_changes_a_replica_set_only_by_the_new_node_entering_it(
             assert kept == old_set[: len(kept)], (key, count, old_set, new_set)
             entered += 1
     assert entered > 0
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_shares_are_the_hash_space_each_node_is_first_for(size: int) -> None:
+    """`Ring.shares` (shown in /v0/status and /metrics) is the fraction of keys whose
+    first replica each node is: computed from the tokens, checked against keys placed."""
+    ring = Ring(cluster_urls(size), vnodes=64)
+    shares = ring.shares()
+    assert sum(shares.values()) == pytest.approx(1.0)
+    keys = sample_keys(200_000, seed=3)
+    firsts = Counter(ring.replicas_for(key, 1)[0] for key in keys)
+    for node in ring.nodes:
+        assert firsts[node] / len(keys) == pytest.approx(shares[node], abs=0.005)
+
+
+def test_shares_count_the_arc_that_wraps_past_the_top_of_the_hash_space() -> None:
+    """Keys hashing above the last token belong to the first token's node."""
+    ring = Ring(["http://a:1", "http://b:1"], vnodes=1)
+    tokens = ring._tokens
+    first, last = ring._owners[0], ring._owners[-1]
+    space = 1 << 64
+    assert ring.shares()[first] == pytest.approx((space - tokens[-1] + tokens[0]) / space)
+    assert ring.shares()[last] == pytest.approx((tokens[-1] - tokens[0]) / space)
