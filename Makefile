@@ -2,7 +2,8 @@
 # Both create .venv from requirements.lock on first use; `make test` also builds
 # toxiproxy-server into .tools/bin with the Go toolchain and, where wrk is missing,
 # installs Debian's wrk as root (the load smoke tests drive it; as another user it
-# says which command to run).
+# says which command to run), and Chromium the same way for the dashboard's browser test
+# (skipped, not failed, where it cannot be installed).
 
 PYTHON ?= python3
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -16,12 +17,12 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos bench-tools wrk lock clean
+.PHONY: run test lint unit spec chaos bench-tools wrk browser lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
 
-test: $(STAMP) $(TOXIPROXY) wrk lint
+test: $(STAMP) $(TOXIPROXY) wrk browser lint
 	$(PY) -m pytest
 
 lint: $(STAMP)
@@ -57,6 +58,15 @@ wrk:
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || \
 		{ echo "wrk not found: sudo apt-get install wrk" >&2; exit 1; }
+
+# The cockpit's browser test (tests/cockpit) drives Debian's headless Chromium. Where it
+# is missing, root installs it; anyone else gets one line saying how, and the test skips
+# without failing the run (the dashboard is a convenience, not the store).
+browser:
+	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+		echo "headless Chromium not found, the cockpit's browser test will be skipped: sudo apt-get install chromium chromium-driver" >&2
 
 $(VEGETA):
 	mkdir -p .tools/bin

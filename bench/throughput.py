@@ -42,6 +42,7 @@ BARE = "bare aiohttp"
 ONE_NODE = "1 node"
 THREE_1_1 = "3 nodes, 1/1"
 THREE_2_3 = "3 nodes, 2/3 (default)"
+NO_METRICS = ", --no-metrics"
 
 
 @dataclass(frozen=True)
@@ -318,13 +319,13 @@ def bare_server(core: int | None) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def dht_cluster(nodes: int, core: int | None) -> Iterator[str]:
+def dht_cluster(nodes: int, core: int | None, extra: tuple[str, ...] = ()) -> Iterator[str]:
     """A fresh cluster on a temporary folder; yields the first node's URL. With `core`,
     every node is pinned to it once it answers."""
     from tests.launcher import Cluster
 
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(Path(tmp), nodes, ["--log-level", "WARNING"]).start()
+        cluster = Cluster(Path(tmp), nodes, ["--log-level", "WARNING", *extra]).start()
         try:
             for node in cluster:
                 if core is not None:
@@ -349,6 +350,44 @@ def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
         return measure("unpinned", servers, rounds, seconds, connections, [])
 
 
+def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+    """What counting for /metrics costs: the same servers with and without it, in turn
+    within each round, pinned (one node) and unpinned (three nodes at 2/3)."""
+    wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
+    off = ("--no-metrics",)
+    with (
+        bare_server(SERVER_CORE) as bare,
+        dht_cluster(1, SERVER_CORE) as on,
+        dht_cluster(1, SERVER_CORE, off) as without,
+    ):
+        servers = [bare, Server(ONE_NODE, on), Server(ONE_NODE + NO_METRICS, without)]
+        rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix)
+    with (
+        bare_server(None) as bare,
+        dht_cluster(3, None) as on,
+        dht_cluster(3, None, off) as without,
+    ):
+        servers = [bare, Server(THREE_2_3, on), Server(THREE_2_3 + NO_METRICS, without)]
+        rows += measure("unpinned", servers, rounds, seconds, connections, [])
+    return rows
+
+
+def metrics_costs(rows: list[Row]) -> list[str]:
+    """One line per row with a --no-metrics twin: both rates as shares of the bare
+    server, and what metrics cost (1 - on/off, from the median shares)."""
+    lines = []
+    for row in rows:
+        twin = find_row(rows, row.pinning, row.name + NO_METRICS, row.workload)
+        if twin is None:
+            continue
+        cost = 1 - row.ratio / twin.ratio if twin.ratio else 0.0
+        lines.append(
+            f"metrics cost {row.pinning} {row.name} {row.workload}: {row.ratio:.2f} x bare "
+            f"with, {twin.ratio:.2f} x bare without: {cost:+.1%} (target under 5%)"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.throughput", description=__doc__.split("\n")[0]
@@ -356,26 +395,33 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per wrk run (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="per measurement (default 3)")
     parser.add_argument("--connections", type=int, default=64, help="wrk's -c (default 64)")
-    parser.add_argument("--only", choices=("pinned", "unpinned"), help="one group of rows")
+    parser.add_argument(
+        "--only",
+        choices=("pinned", "unpinned", "metrics"),
+        help="one group of rows; `metrics` compares nodes with and without --no-metrics",
+    )
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found: run `make bench-tools` (wrk: apt-get install wrk)")
     can_pin = {GENERATOR_CORE, SERVER_CORE} <= os.sched_getaffinity(0)
     rows: list[Row] = []
-    if args.only != "unpinned":
+    if args.only == "metrics":
+        rows = metrics_rows(args.rounds, args.seconds, args.connections)
+    if args.only not in ("unpinned", "metrics"):
         if can_pin:
             rows += pinned_rows(args.rounds, args.seconds, args.connections)
         else:
             print(f"skipping pinned rows: cores {GENERATOR_CORE} and {SERVER_CORE} needed")
-    if args.only != "pinned":
+    if args.only not in ("pinned", "metrics"):
         rows += unpinned_rows(args.rounds, args.seconds, args.connections)
     print(
         f"wrk -t1 -c{args.connections}, {args.seconds:g} s per run, {args.rounds} rounds "
         f"(median round shown; vs bare = median of per-round ratios), on "
         f"{platform.node()} ({os.cpu_count()} cores)\n"
     )
-    print(table(rows), "", *verdicts(rows), "", "Generator ceiling:", *ceiling(rows), sep="\n")
+    print(table(rows), "", *verdicts(rows), *metrics_costs(rows), sep="\n")
+    print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,22 @@
 """Flapping faults: one fault at a time on the Toxiproxy test bed, each lasting a random
 0.5-2 s, chosen with a seeded random so a failing run can be replayed (same seed, same
 schedule; the timing of the traffic around it still varies).
+
+Given the node processes too, the draw also pauses a node (SIGSTOP, then SIGCONT: a long
+GC pause) or kills it (SIGKILL) and starts it again on the same data, and the first
+fault past half the run is always such a crash, so every run has one.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chaos.run_folder import FaultWindow
 from dht.testbed import Testbed, node_name
+from tests.launcher import Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,10 @@ class Fault:
 
     def __str__(self) -> str:
         return f"{self.kind} {node_name(self.node)} for {self.seconds:.2f}s"
+
+    def window(self) -> FaultWindow:
+        """The fault as a run folder and its plot show it."""
+        return FaultWindow(f"{self.kind} {node_name(self.node)}", self.started, self.ended)
 
 
 def _cut_links_into(testbed: Testbed, node: int, deadline_ms: int) -> None:
@@ -54,6 +64,27 @@ FAULTS: dict[str, Callable[[Testbed, int, int], None]] = {
 }
 
 
+def pause(node: Node, seconds: float) -> None:
+    """The node freezes for `seconds` (SIGSTOP), then runs on (SIGCONT)."""
+    node.pause()
+    try:
+        time.sleep(seconds)
+    finally:
+        node.resume()
+
+
+def crash(node: Node, seconds: float) -> None:
+    """SIGKILL, down for `seconds`, then started again on the same data (until it
+    answers /v0/status)."""
+    node.kill()
+    time.sleep(seconds)
+    node.start()
+
+
+CRASH = "kill -9 and restart"
+PROCESS_FAULTS: dict[str, Callable[[Node, float], None]] = {"pause": pause, CRASH: crash}
+
+
 def flap(
     testbed: Testbed,
     duration: float,
@@ -61,21 +92,33 @@ def flap(
     deadline: float,
     shortest: float = 0.5,
     longest: float = 2.0,
+    nodes: Sequence[Node] = (),
 ) -> list[Fault]:
     """Applies random faults one after another for `duration` seconds, healing the test
-    bed after each one (and at the end), and returns them in order."""
+    bed after each one (and at the end), and returns them in order. With `nodes` (the
+    cluster's processes, in test bed order) pauses and crashes join the draw, and the
+    first fault past half of `duration` is a crash."""
     rng = random.Random(seed)
     size = len(testbed.node_urls)
+    kinds = sorted(FAULTS) + (sorted(PROCESS_FAULTS) if nodes else [])
+    halfway = time.monotonic() + duration / 2
     ends = time.monotonic() + duration
+    crashed = False
     applied: list[Fault] = []
     try:
         while (left := ends - time.monotonic()) > 0:
-            kind = rng.choice(sorted(FAULTS))
+            kind = rng.choice(kinds)
             node, seconds = rng.randrange(size), min(rng.uniform(shortest, longest), left)
+            if nodes and not crashed and time.monotonic() >= halfway:
+                kind = CRASH
+            crashed = crashed or kind == CRASH
             started = time.monotonic()
-            FAULTS[kind](testbed, node, int(deadline * 1000))
-            time.sleep(seconds)  # the fault's lifetime, not a wait for a condition
-            testbed.heal()
+            if kind in PROCESS_FAULTS:
+                PROCESS_FAULTS[kind](nodes[node], seconds)
+            else:
+                FAULTS[kind](testbed, node, int(deadline * 1000))
+                time.sleep(seconds)  # the fault's lifetime, not a wait for a condition
+                testbed.heal()
             applied.append(Fault(kind, node, seconds, started, time.monotonic()))
     finally:
         testbed.heal()

@@ -100,7 +100,7 @@ class Op:
 
     @property
     def acknowledged(self) -> bool:
-        return self.status == _ACKED.get(self.kind)
+        return self.is_write and self.status == _ACKED[self.kind]
 
     @property
     def settled_by(self) -> float:

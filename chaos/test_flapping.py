@@ -1,11 +1,15 @@
-"""Flapping faults under concurrent quorum traffic (SPEC.md rules 3.5, 9.8, 9.9, 9.10).
+"""Flapping faults under concurrent quorum traffic (SPEC.md rules 3.5, 9.8, 9.9, 9.10,
+9.12).
 
 One run per module: a 3-node cluster behind Toxiproxy, 4 client threads writing (a
 quarter of the PUTs with a ttl of 1-3 s), deleting and reading a 16-key space at the
 default quorum (2/3) straight to the nodes, while one fault at a time (links into a node
-cut, answers slower than the deadline, connections reset, a node partitioned both ways),
-each 0.5-2 s long, flaps for DHT_FLAP_SECONDS (default 20) seconds, chosen with the seed
-DHT_FLAP_SEED. Then every fault is healed and two rules are checked on the outcome.
+cut, answers slower than the deadline, connections reset, a node partitioned both ways,
+a node paused, a node killed with SIGKILL and started again; at least one kill, past
+half of the run), each 0.5-2 s long, flaps for DHT_FLAP_SECONDS (default 20) seconds,
+chosen with the seed DHT_FLAP_SEED. Then every fault is healed and two rules are checked
+on the outcome. Each run leaves a run folder (`chaos.run_folder`): history, faults,
+final state and a plot, under artifacts/chaos-runs or $DHT_CHAOS_RUNS.
 
 A second scenario runs the same traffic and faults with hints off, anti-entropy every
 0.5 s and a 2 s tombstone grace: with no read after the heal, anti-entropy alone must
@@ -25,21 +29,23 @@ from pathlib import Path
 import pytest
 
 from chaos.flags import FAST_FAULTS, TIMEOUT
-from chaos.flapping import Fault, flap
+from chaos.flapping import CRASH, Fault, flap
 from chaos.history import Op, Report, Window, check
 from chaos.observe import (
     describe,
     differences,
+    final_read,
     live_differences,
     records_by_node,
     wall_ms,
     zombies,
 )
+from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, key_space
 from dht import testbed as test_bed  # a module import: pytest would collect the class
 from dht.record import Record, newest
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import Cluster, Node, wait_for
+from tests.launcher import Cluster, Node
 from tests.spec.rules import rule
 
 FLAP_SECONDS = float(os.environ.get("DHT_FLAP_SECONDS", "20"))
@@ -49,7 +55,6 @@ KEYS = key_space(16)
 CLIENT_TIMEOUT = 1.0
 # From the heal: breakers close after their cooldown (0.5 s), hints go out every 0.2 s.
 CONVERGE_DEADLINE = 10.0
-FINAL_READ_DEADLINE = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def flapping_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlappingR
         cluster.start()
         clients = Clients(cluster.nodes, KEYS, CLIENTS, FLAP_SEED, CLIENT_TIMEOUT).start()
         try:
-            faults = flap(testbed, FLAP_SECONDS, FLAP_SEED, TIMEOUT)
+            faults = flap(testbed, FLAP_SECONDS, FLAP_SEED, TIMEOUT, nodes=cluster.nodes)
         finally:
             history = clients.stop()
         healed_at = time.monotonic()  # flap() heals every link on its way out
@@ -117,20 +122,6 @@ def test_every_replica_converges_to_the_same_records_after_the_faults_stop(
     assert {op.key for op in flapping_run.history if op.acknowledged} <= set(snapshots[0])
 
 
-def final_read(node: Node, key: str) -> tuple[bytes | None, Window]:
-    """A quorum GET, retried while it fails (a breaker may still be open just after the
-    heal): the value, or None for 404, and when the answering attempt ran (expiring
-    writes are judged against it)."""
-    response = wait_for(
-        lambda: node.get(key),
-        lambda response: response.status in (200, 404),
-        deadline=FINAL_READ_DEADLINE,
-    )
-    completed = time.monotonic()
-    value = response.body if response.status == 200 else None
-    return value, (completed - response.seconds, completed)
-
-
 @pytest.fixture(scope="module")
 def report(flapping_run: FlappingRun) -> Report:
     """The checker's verdict on the run: one quorum read per key after the heal (through
@@ -138,15 +129,29 @@ def report(flapping_run: FlappingRun) -> Report:
     nodes = flapping_run.cluster.nodes
     reads = {key: final_read(nodes[index % len(nodes)], key) for index, key in enumerate(KEYS)}
     final = {key: value for key, (value, _) in reads.items()}
-    report = check(
-        flapping_run.history, final, final_at={key: seen for key, (_, seen) in reads.items()}
+    final_at = {key: seen for key, (_, seen) in reads.items()}
+    report = check(flapping_run.history, final, final_at=final_at)
+    plot = write_run(
+        new_run_dir("flapping"),
+        Run(
+            "flapping",
+            flapping_run.history,
+            [fault.window() for fault in flapping_run.faults],
+            final,
+            final_at,
+            {"seconds": FLAP_SECONDS, "seed": FLAP_SEED, "client_timeout": CLIENT_TIMEOUT},
+        ),
     )
-    print(f"\nhistory: {report.summary()}")
+    print(f"\nhistory: {report.summary()}\nrun folder: {plot.parent}")
     return report
 
 
-@rule("9.8")
-def test_flapping_faults_lose_no_acknowledged_write(report: Report) -> None:
+@rule("9.8", "9.12")
+def test_flapping_faults_lose_no_acknowledged_write(
+    flapping_run: FlappingRun, report: Report
+) -> None:
+    """Link faults, pauses and at least one kill -9 with a restart on the same data."""
+    assert any(fault.kind == CRASH for fault in flapping_run.faults), "no crash was applied"
     assert report.acked > 0, "no write was acknowledged at all"
     assert report.final_state_ok, report.details()
 
@@ -237,6 +242,17 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
         record = newest([snapshot.get(key) for snapshot in snapshots])
         final[key] = record.value if record is not None and record.live_at(now_ms) else None
     report = check(history, final, final_at=observed)
+    plot = write_run(
+        new_run_dir("flapping-anti-entropy"),
+        Run(
+            "flapping, hints off, anti-entropy",
+            history,
+            [fault.window() for fault in faults],
+            final,
+            observed,
+            {"seconds": FLAP_SECONDS, "seed": FLAP_SEED, "client_timeout": CLIENT_TIMEOUT},
+        ),
+    )
 
     statuses = [node.status() for node in cluster]
     exchanges = [
@@ -258,7 +274,7 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
         f"tombstones collected {collected}, read repairs "
         f"{[node_status['read_repairs'] for node_status in statuses]}, "
         f"hints delivered {[node_status['hints_delivered'] for node_status in statuses]}"
-        f"\nhistory: {report.summary()}"
+        f"\nhistory: {report.summary()}\nrun folder: {plot.parent}"
     )
     assert report.acked > 0 and report.deletes > 0 and report.expiring > 0
     assert not report.lost and not report.resurrected, report.details()

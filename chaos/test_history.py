@@ -147,6 +147,15 @@ def test_the_report_counts_failures_by_kind() -> None:
     assert (report.timeouts, report.other_failures) == (1, 1)
 
 
+def test_a_read_without_an_answer_is_not_an_acknowledged_write() -> None:
+    """A GET that timed out (no status) once counted as acknowledged: None matched the
+    missing acknowledgement status of a GET."""
+    timed_out = Op(Kind.GET, "a", None, 0.2, None, None)
+    assert not timed_out.acknowledged
+    report = check([put("a", b"a1", 0.0, 0.1, 201), timed_out], {"a": b"a1"})
+    assert (report.acked, report.timeouts) == (1, 1)
+
+
 def test_a_written_key_without_a_final_read_is_an_error() -> None:
     with pytest.raises(ValueError, match="no final state"):
         check([put("a", b"a1", 0.0, 0.1, 201)], {})

@@ -1,4 +1,5 @@
-"""The command line: `python -m dht node ...` and `python -m dht cluster ...`.
+"""The command line: `python -m dht node ...`, `python -m dht cluster ...` and
+`python -m dht cockpit ...`.
 
 Only parses flags and hands over; heavy imports happen after parsing so `--help` is quick
 and a node answers within a second of starting.
@@ -51,6 +52,20 @@ def port_number(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError("must be a port number, 1 to 65535")
     return value
+
+
+def port_or_zero(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number, 1 to 65535, or 0 for none")
+    return value
+
+
+def node_url(text: str) -> str:
+    try:
+        return normalize_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_node_settings(parser: argparse.ArgumentParser) -> None:
@@ -199,8 +214,8 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m dht",
-        description="dht: a Dynamo-style distributed key-value store. Run one node, or a "
-        "local cluster of several.",
+        description="dht: a Dynamo-style distributed key-value store. Run one node, a "
+        "local cluster of several, or a live dashboard over running nodes.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -270,7 +285,55 @@ def build_parser() -> argparse.ArgumentParser:
         help="put a Toxiproxy proxy on every node-to-node link (needs toxiproxy-server: "
         "`make test` builds it) and print the Toxiproxy API address",
     )
+    cluster.add_argument(
+        "--dashboard-port",
+        type=port_or_zero,
+        default=8079,
+        help="port of the live dashboard (the cockpit: nodes up or down, ring shares, "
+        "breakers, hints, request and error rates, p99 latency, and with --chaos buttons "
+        "to cut, slow and heal links), on --host; 0 turns it off (default %(default)s)",
+    )
     add_node_settings(cluster)
+
+    cockpit = commands.add_parser(
+        "cockpit",
+        help="serve the live dashboard of running nodes",
+        description="Serve one web page that shows, refreshed every second, whether each "
+        "node answers, its share of the ring, each peer's breaker and pending hints, and "
+        "request rate, error rate and p99 latency from each node's /metrics; with "
+        "--toxiproxy also every link of the chaos test bed, with buttons to cut, slow, "
+        "isolate and heal. `cluster` starts one on --dashboard-port; this runs one on its "
+        "own, for nodes started some other way.",
+    )
+    cockpit.add_argument(
+        "--port", type=port_number, default=8079, help="port to serve on (default %(default)s)"
+    )
+    cockpit.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default %(default)s)"
+    )
+    cockpit.add_argument(
+        "--node",
+        dest="nodes",
+        type=node_url,
+        action="append",
+        required=True,
+        metavar="URL",
+        help="a node's URL, http://host:port; repeat it for every node, in --cluster "
+        "order (they are shown as node1, node2, ...)",
+    )
+    cockpit.add_argument(
+        "--toxiproxy",
+        type=node_url,
+        metavar="URL",
+        help="the chaos test bed's Toxiproxy API, http://host:port, whose proxies are "
+        "named node1-to-node2 and so on (default: none, no link controls)",
+    )
+    cockpit.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default %(default)s)",
+    )
 
     repair = commands.add_parser(
         "repair",
@@ -356,6 +419,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"repaired {args.data_dir}: start the node on it again")
         return 0
+    if args.command == "cockpit":
+        if len(set(args.nodes)) != len(args.nodes):
+            parser.error("--node lists a node twice")
+        from dht.cockpit import CockpitConfig, run_cockpit
+
+        return run_cockpit(
+            CockpitConfig(
+                nodes=tuple(args.nodes), toxiproxy=args.toxiproxy, host=args.host, port=args.port
+            )
+        )
     from dht.cluster import run_cluster
 
     return run_cluster(args)

@@ -1,7 +1,9 @@
 """`python -m dht cluster`: a local cluster of N node processes in one command.
 
 Starts every node, waits until each answers /v0/status, prints the URLs, and on Ctrl-C or
-SIGTERM stops them all (SIGTERM, then SIGKILL for any that linger): no orphans.
+SIGTERM stops them all (SIGTERM, then SIGKILL for any that linger): no orphans. Then it
+starts the dashboard (`python -m dht cockpit`, dht/cockpit.py) as one more child, which is
+stopped with the nodes; the cluster runs on without it if it cannot start.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger("dht.cluster")
 
 START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
+DASHBOARD_DEADLINE = 10.0
 
 _PASSED_FLAGS = (
     "timeout",
@@ -116,6 +119,53 @@ def start_testbed(urls: list[str], data_dir: Path) -> Testbed:
     return Testbed(urls, data_dir / "toxiproxy.log").start()
 
 
+def dashboard_command(
+    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+) -> list[str]:
+    command = [sys.executable, "-m", "dht", "cockpit", "--port", str(args.dashboard_port)]
+    command += ["--host", args.host, "--log-level", args.log_level]
+    for url in urls:
+        command += ["--node", url]
+    if testbed is not None:
+        command += ["--toxiproxy", testbed.api_url]
+    return command
+
+
+def start_dashboard(
+    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+) -> subprocess.Popen[bytes] | None:
+    """Starts the cockpit and waits until it answers; None, with the reason logged, if it
+    does not. The dashboard is a convenience: a taken port must not stop the cluster."""
+    url = f"http://{args.host}:{args.dashboard_port}"
+    process = subprocess.Popen(dashboard_command(args, urls, testbed))
+    deadline = time.monotonic() + DASHBOARD_DEADLINE
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                log.error(
+                    "the dashboard exited with code %d; the cluster runs on without it "
+                    "(--dashboard-port picks another port, 0 none)",
+                    process.returncode,
+                )
+                return None
+            try:
+                with urllib.request.urlopen(url + "/cockpit.json", timeout=0.5) as response:
+                    if response.status == 200:
+                        return process
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.05)
+    except BaseException:  # Ctrl-C or SIGTERM while waiting: no orphan
+        stop_all([process])
+        raise
+    log.error(
+        "the dashboard did not answer on %s within %.0fs; the cluster runs on without it",
+        url,
+        DASHBOARD_DEADLINE,
+    )
+    stop_all([process])
+    return None
+
+
 def run_cluster(args: argparse.Namespace) -> int:
     urls = [f"http://{args.host}:{args.base_port + i}" for i in range(args.nodes)]
     extra = passed_settings(args)
@@ -124,6 +174,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     # users of the machine cannot read it from the process list.
     environment = os.environ | {"DHT_SECRET": args.secret or secrets.token_hex(16)}
     processes: list[subprocess.Popen[bytes]] = []
+    dashboard: subprocess.Popen[bytes] | None = None
     testbed: Testbed | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -143,6 +194,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + START_DEADLINE
         for url, process in zip(urls, processes, strict=True):
             wait_until_serving(url, process, deadline)
+        if args.dashboard_port:
+            dashboard = start_dashboard(args, urls, testbed)
         print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
         for url in urls:
             print(f"  {url}")
@@ -150,6 +203,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         if testbed is not None:
             print(f"Toxiproxy API: {testbed.api_url}  (links: curl {testbed.api_url}/proxies)")
             print("  node1 dials node2 through the proxy node1-to-node2, and so on")
+        if dashboard is not None:
+            print(f"dashboard: http://{args.host}:{args.dashboard_port}/")
         print("Ctrl-C stops every node.", flush=True)
         while True:
             for url, process in zip(urls, processes, strict=True):
@@ -158,6 +213,12 @@ def run_cluster(args: argparse.Namespace) -> int:
                         "node %s exited with code %d; stopping the cluster", url, process.returncode
                     )
                     return 1
+            if dashboard is not None and dashboard.poll() is not None:
+                log.error(
+                    "the dashboard exited with code %d; the cluster runs on without it",
+                    dashboard.returncode,
+                )
+                dashboard = None
             time.sleep(0.5)
     except KeyboardInterrupt:
         log.info("stopping the cluster")
@@ -166,6 +227,6 @@ def run_cluster(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 1
     finally:
-        stop_all(processes)
+        stop_all(processes + ([dashboard] if dashboard is not None else []))
         if testbed is not None:
             testbed.stop()

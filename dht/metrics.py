@@ -1,33 +1,36 @@
 """A node's Prometheus metrics: `GET /metrics` in the text format, by prometheus_client.
 
 Numbers come in two ways, each chosen for what it costs the request path:
-- per request (client requests, replica calls): counters and latency histograms updated
-  as each one ends. Their labelled children are bound once and kept, so a request pays a
-  dict look-up, a counter increment and a histogram observation (about 2 µs);
+- per request (client requests, replica calls): counts and latency histograms kept in
+  plain ints and lists, updated as each request ends, and turned into metric families
+  only when scraped. prometheus_client's own Counter and Histogram take a lock on every
+  update, for threads a node does not have: measured here, 3.9 µs per client request
+  with them and 0.45 µs without, at 5,000-10,000 requests a second on one core;
 - state the node keeps anyway (breakers, hints, in-flight requests and bytes, overload
   refusals, read repairs, anti-entropy, tombstones, disk): read from `Node.status()` at
   scrape time. It costs nothing between scrapes, and `/metrics` and `/v0/status` can
   never disagree, since they read the same numbers.
 
-Each node has a registry of its own (not prometheus_client's global one), with the
-process collector (CPU, resident memory, open files, start time) added to it.
+prometheus_client does the rest: the exposition format, the registry (one per node, not
+its global one), the metric families and the process collector (CPU, resident memory,
+open files, start time).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    ProcessCollector,
-    disable_created_metrics,
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from dht.breaker import State
@@ -56,6 +59,7 @@ LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+_BOUNDS = [*(repr(bound) for bound in LATENCY_BUCKETS), "+Inf"]
 
 # The client operations, by the names `dht.http_api` gives its routes.
 OPERATIONS = ("get", "put", "delete", "range")
@@ -67,75 +71,63 @@ CALL_OUTCOMES = ("ok", "error", "timeout", "circuit_open", "cancelled")
 Status = Callable[[], dict[str, Any]]
 
 
+class Latencies:
+    """One histogram's observations: a count per LATENCY_BUCKETS bucket (the last one
+    past them all) and their sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # Prometheus' bucket `le` counts observations at most `le`: bisect_left finds it.
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(le, observations at most le) for every bucket, +Inf last."""
+        running = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip(_BOUNDS, self.counts, strict=True):
+            running += count
+            buckets.append((bound, running))
+        return buckets
+
+
 class Metrics:
     def __init__(self, status: Status, data_dir: Path) -> None:
-        # No `*_created` series: a timestamp per label set doubles the page for nothing
-        # Prometheus needs (a process-wide switch of prometheus_client; a node is one).
-        disable_created_metrics()
+        # (operation, status) -> answers; operation -> latencies. Every operation has a
+        # histogram from the start, so a rate over it has a zero to start from.
+        self.requests: dict[tuple[str, int], int] = {}
+        self.request_seconds = {operation: Latencies() for operation in OPERATIONS}
+        # (peer, outcome) -> calls; peer -> latencies of the answered ones.
+        self.calls: dict[tuple[str, str], int] = {}
+        self.call_seconds: dict[str, Latencies] = {}
         self.registry = CollectorRegistry(auto_describe=False)
-        self._requests = Counter(
-            "dht_client_requests",
-            "Client requests answered, by operation and HTTP status (a 503 for overload included)",
-            ["operation", "status"],
-            registry=self.registry,
-        )
-        self._request_seconds = Histogram(
-            "dht_client_request_duration_seconds",
-            "Time from a client request's dispatch to its answer (for a range, to its last byte)",
-            ["operation"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self._calls = Counter(
-            "dht_replica_calls",
-            "Calls to other nodes (records, ranges, anti-entropy), by peer and outcome",
-            ["peer", "outcome"],
-            registry=self.registry,
-        )
-        self._call_seconds = Histogram(
-            "dht_replica_call_duration_seconds",
-            "Time from sending a call to another node to its answer (answered calls only)",
-            ["peer"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         ProcessCollector(registry=self.registry)
+        self.registry.register(TrafficCollector(self))
         self.registry.register(_StateCollector(status, data_dir))
-        self._request_children: dict[tuple[str, int], Any] = {}
-        # Every operation's histogram from the start, so that a rate over it has a zero
-        # to start from; a status appears with its first answer.
-        self._request_seconds_children: dict[str, Any] = {
-            operation: self._request_seconds.labels(operation) for operation in OPERATIONS
-        }
-        self._call_children: dict[tuple[str, str], Any] = {}
-        self._call_seconds_children: dict[str, Any] = {}
 
     def client_request(self, operation: str, status: int, seconds: float) -> None:
-        counter = self._request_children.get((operation, status))
-        if counter is None:
-            counter = self._requests.labels(operation, str(status))
-            self._request_children[operation, status] = counter
-        counter.inc()
-        histogram = self._request_seconds_children.get(operation)
-        if histogram is None:
-            histogram = self._request_seconds.labels(operation)
-            self._request_seconds_children[operation] = histogram
-        histogram.observe(seconds)
+        key = (operation, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        latencies = self.request_seconds.get(operation)
+        if latencies is None:
+            latencies = self.request_seconds[operation] = Latencies()
+        latencies.observe(seconds)
 
     def replica_call(self, peer: str, outcome: str, seconds: float | None) -> None:
         """One call to `peer` ended with `outcome` (CALL_OUTCOMES); `seconds` is its
         latency when an answer came back, else None."""
-        counter = self._call_children.get((peer, outcome))
-        if counter is None:
-            counter = self._calls.labels(peer, outcome)
-            self._call_children[peer, outcome] = counter
-        counter.inc()
+        key = (peer, outcome)
+        self.calls[key] = self.calls.get(key, 0) + 1
         if seconds is not None:
-            histogram = self._call_seconds_children.get(peer)
-            if histogram is None:
-                histogram = self._call_seconds.labels(peer)
-                self._call_seconds_children[peer] = histogram
-            histogram.observe(seconds)
+            latencies = self.call_seconds.get(peer)
+            if latencies is None:
+                latencies = self.call_seconds[peer] = Latencies()
+            latencies.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -152,6 +144,53 @@ def folder_bytes(path: Path) -> int:
             except FileNotFoundError:
                 pass
     return total
+
+
+class TrafficCollector:
+    """The per-request counts, as metric families."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        requests = CounterMetricFamily(
+            "dht_client_requests",
+            "Client requests answered, by operation and HTTP status (an overload 503 too)",
+            labels=["operation", "status"],
+        )
+        for (operation, status), count in sorted(metrics.requests.items()):
+            requests.add_metric([operation, str(status)], count)
+        yield requests
+        yield _histogram(
+            "dht_client_request_duration_seconds",
+            "Time from a client request's dispatch to its answer (a range: to its last byte)",
+            "operation",
+            metrics.request_seconds,
+        )
+        calls = CounterMetricFamily(
+            "dht_replica_calls",
+            "Calls to other nodes (records, ranges, anti-entropy), by peer and outcome",
+            labels=["peer", "outcome"],
+        )
+        for (peer, outcome), count in sorted(metrics.calls.items()):
+            calls.add_metric([peer, outcome], count)
+        yield calls
+        yield _histogram(
+            "dht_replica_call_duration_seconds",
+            "Time from sending a call to another node to its answer (answered calls only)",
+            "peer",
+            metrics.call_seconds,
+        )
+
+
+def _histogram(
+    name: str, documentation: str, label: str, by_label: dict[str, Latencies]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=[label])
+    for value, latencies in sorted(by_label.items()):
+        family.add_metric([value], latencies.cumulative(), latencies.total)
+    return family
 
 
 class _StateCollector:

@@ -1,0 +1,188 @@
+"""A node whose wall clock runs ahead (SPEC.md rules 8.4 and 9.13), through `--clock-skew`,
+the test-only offset of one process' clock: what last-write-wins then does.
+
+Versions are hybrid-clock time, so writes are ordered by their versions, not by real
+time. The history checker, which assumes clocks agree within 10 ms, shows the difference
+as lost writes or stale reads; given the skew as its clock slack, it must find none.
+
+- Within `--max-clock-drift`: a write through a node that has not heard the skewed clock
+  (a 1/1 write forwarded to the skewed node) loses to an earlier write from it, and is
+  acknowledged all the same; once a node hears the clock ahead (every replica of a write
+  at the default quorum does, rule 8.4), its writes are ordered after it. Under
+  concurrent traffic at the default quorum the checker counts what was lost.
+- Past the bound: every peer refuses the skewed node's versions (`versions_refused`), so
+  none of its writes is acknowledged, and reads through the other nodes keep every
+  acknowledged write. Reads through the skewed node can return its own refused writes.
+
+Run with -s for the figures; DHT_SKEW_SECONDS (default 6) is how long each traffic run
+lasts. Each traffic run leaves a run folder with its plot.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.flags import FAST_FAULTS
+from chaos.history import CLOCK_SLACK, Kind, Op, Report, check
+from chaos.observe import final_read
+from chaos.run_folder import Run, new_run_dir, write_run
+from chaos.traffic import Clients, key_space
+from dht.config import NodeConfig
+from dht.ring import Ring
+from tests.launcher import Cluster, Node, expect
+from tests.spec.rules import rule
+
+TRAFFIC_SECONDS = float(os.environ.get("DHT_SKEW_SECONDS", "6"))
+SEED = 13
+KEYS = key_space(16)
+CLIENT_TIMEOUT = 2.0
+DEFAULT_VNODES = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="").vnodes
+
+
+def skewed_cluster(root: Path, skew: float, extra: list[str] | None = None) -> Cluster:
+    """Three nodes (not started) whose first runs `skew` seconds ahead."""
+    cluster = Cluster(root, 3, [*FAST_FAULTS, *(extra or [])])
+    cluster[0].extra_args += ["--clock-skew", str(skew)]
+    return cluster
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Iterator[list[Cluster]]:
+    """Clusters a test appends (started by it), all stopped at teardown."""
+    started: list[Cluster] = []
+    yield started
+    for cluster in started:
+        cluster.stop()
+
+
+def timed(node: Node, kind: Kind, key: str, value: bytes | None, replicas: str) -> Op:
+    """One request, recorded as the history checker sees it."""
+    invoked = time.monotonic()
+    if kind is Kind.PUT:
+        assert value is not None
+        response = node.put(key, value, replicas)
+    else:
+        response = node.get(key, replicas)
+    completed = time.monotonic()
+    if kind is Kind.GET:
+        value = response.body if response.status == 200 else None
+    return Op(kind, key, value, invoked, completed, response.status)
+
+
+@rule("8.4", "9.13")
+def test_within_the_bound_a_write_loses_to_an_earlier_one_from_a_clock_ahead(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    skew = 1.0
+    cluster = skewed_cluster(tmp_path, skew)
+    clusters.append(cluster)
+    cluster.start()
+    ahead, other = cluster[0], cluster[1]
+    ring = Ring(cluster.urls, DEFAULT_VNODES)
+    # Keys held by the skewed node alone at 1/1, so the other coordinator never hears
+    # its clock; and a key for 3/3 writes, which every node hears.
+    alone = next(
+        key
+        for key in (f"k{index}" for index in range(1000))
+        if ring.replicas_for(key.encode(), 1)[0] == ahead.url
+    )
+
+    first = timed(ahead, Kind.PUT, alone, b"earlier, from the clock ahead", "1/1")
+    time.sleep(0.05)  # past the checker's 10 ms: the writes are ordered in real time
+    second = timed(other, Kind.PUT, alone, b"later, from the right clock", "1/1")
+    read = timed(other, Kind.GET, alone, None, "1/1")
+    assert (first.status, second.status) == (201, 201)
+    assert read.value == first.value, "the later write should have lost to the skewed one"
+    report = check([first, second, read], {alone: read.value})
+    assert [lost.write for lost in report.lost] == [second], report.details()
+    assert check([first, second, read], {alone: read.value}, clock_slack=skew + CLOCK_SLACK).ok
+
+    # Once real time passes the skewed version, a write wins again.
+    time.sleep(skew + 0.05)
+    expect(other.put(alone, b"after the skew", "1/1"), 201)
+    expect(other.get(alone, "1/1"), 200, b"after the skew")
+
+    # A coordinator that has heard the clock ahead orders its writes after it (rule 8.4).
+    expect(ahead.put("heard", b"from the clock ahead", "3/3"), 201)
+    expect(other.put("heard", b"after hearing it", "3/3"), 201)
+    expect(other.get("heard", "3/3"), 200, b"after hearing it")
+
+
+def traffic_run(cluster: Cluster, scenario: str, skew: float) -> tuple[list[Op], Report, Path]:
+    """Clients through every node for TRAFFIC_SECONDS, then one quorum read per key
+    through the nodes whose clocks are right; checked with the usual 10 ms slack, and
+    saved as a run folder."""
+    clients = Clients(cluster.nodes, KEYS, 4, SEED, CLIENT_TIMEOUT).start()
+    try:
+        time.sleep(TRAFFIC_SECONDS)  # the traffic's lifetime
+    finally:
+        history = clients.stop()
+    right = cluster.nodes[1:]
+    reads = {key: final_read(right[index % 2], key) for index, key in enumerate(KEYS)}
+    final = {key: value for key, (value, _) in reads.items()}
+    final_at = {key: seen for key, (_, seen) in reads.items()}
+    report = check(history, final, final_at=final_at)
+    details = {"skew_seconds": skew, "seconds": TRAFFIC_SECONDS, "seed": SEED}
+    plot = write_run(new_run_dir(scenario), Run(scenario, history, [], final, final_at, details))
+    return history, report, plot
+
+
+@rule("9.13")
+def test_concurrent_writers_lose_writes_to_a_clock_ahead_only_within_the_skew(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """The checker with its usual 10 ms slack counts what last-write-wins lost to the
+    skew; given the skew as slack, it must find nothing: every loss is explained by it."""
+    skew = 0.5
+    cluster = skewed_cluster(tmp_path, skew)
+    clusters.append(cluster)
+    cluster.start()
+    history, report, plot = traffic_run(cluster, "clock-skew-within-bound", skew)
+    reads = {key: final_read(cluster[1], key) for key in KEYS}
+    allowing = check(
+        history,
+        {key: value for key, (value, _) in reads.items()},
+        clock_slack=skew + CLOCK_SLACK,
+        final_at={key: seen for key, (_, seen) in reads.items()},
+    )
+    print(
+        f"\nclock +{skew:g}s on node1, {TRAFFIC_SECONDS:g}s of traffic: {report.summary()}"
+        f"\nwith {skew + CLOCK_SLACK:g}s of slack: {allowing.summary()}\nrun folder: {plot.parent}"
+    )
+    assert report.acked > 0
+    assert allowing.ok, allowing.details()
+
+
+@rule("8.4", "9.13")
+def test_past_the_bound_the_skewed_node_cannot_reach_a_quorum_and_nothing_is_lost(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    skew = 120.0
+    cluster = skewed_cluster(tmp_path, skew, ["--max-clock-drift", "60"])
+    clusters.append(cluster)
+    cluster.start()
+    history, report, plot = traffic_run(cluster, "clock-skew-past-bound", skew)
+    through_skewed = [op for op in history if op.node == "node1" and op.is_write]
+    refused = [node.metrics()["dht_versions_refused_total"] for node in cluster.nodes[1:]]
+    disagreeing = sum(
+        final_read(cluster[0], key)[0] != final_read(cluster[1], key)[0] for key in KEYS
+    )
+    print(
+        f"\nclock +{skew:g}s on node1 (bound 60 s), {TRAFFIC_SECONDS:g}s of traffic: "
+        f"{report.summary()}\nwrites through node1: {len(through_skewed)}, acknowledged "
+        f"{sum(op.acknowledged for op in through_skewed)}; versions refused by node2, node3: "
+        f"{refused}; keys node1 reads differently from node2: {disagreeing} of {len(KEYS)}; "
+        f"stale reads through node1: {len(report.stale_reads)}"
+        f"\nrun folder: {plot.parent}"
+    )
+    assert through_skewed and not any(op.acknowledged for op in through_skewed)
+    assert all(count > 0 for count in refused)
+    assert report.acked > 0
+    assert report.final_state_ok, report.details()
+    stale_elsewhere = [stale for stale in report.stale_reads if stale.read.node != "node1"]
+    assert not stale_elsewhere, "\n".join(map(str, stale_elsewhere[:10]))
