@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.config import NodeConfig
-from dht.merkle import LEAVES
+from dht.replication.merkle import LEAVES
 from locustfiles.prefill import entity_path, key_name
 
 Status = dict[str, Any]  # a node's /v0/status
@@ -580,7 +580,7 @@ def leveldb_bytes(node: Any) -> int:
 def compact(node: Any) -> None:
     """LevelDB's CompactRange over every key of a stopped node. Bounds are given: plyvel
     1.5's `compact_range()` without them passes empty keys, not "unbounded", and compacts
-    nothing. Every stored key starts with a one-byte prefix below 0xff (dht.storage)."""
+    nothing. Every stored key starts with a one-byte prefix below 0xff (dht.storage.store)."""
     import plyvel
 
     db = plyvel.DB(str(node.data_dir / "leveldb"))

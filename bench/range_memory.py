@@ -1,6 +1,6 @@
 """Benchmark: a node's memory while it streams a range over many keys.
 
-Fills a fresh data dir with N records straight through dht.storage (fast, no HTTP), starts
+Fills a fresh data dir with N records straight through dht.storage.store (fast, no HTTP), starts
 a real node on it, streams GET /v0/entities over all of it while sampling the node's RSS,
 and prints RSS before, peak during, and the growth. Run:
 
@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from dht.clock import HybridClock
-from dht.record import Record
-from dht.storage import Storage
+from dht.coordination.clock import HybridClock
+from dht.storage.record import Record
+from dht.storage.store import Storage
 from tests.launcher import Node, free_port
 
 

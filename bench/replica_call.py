@@ -1,6 +1,6 @@
 """Benchmark: the CPU cost of one replica call, both ends in one process.
 
-A client (`dht.peers.Peer`: breaker, deadline, replica channel) calls a server end
+A client (`dht.replication.peers.Peer`: breaker, deadline, replica channel) calls a server end
 (`ServerConnection` over `InternalApi` on a real LevelDB) across loopback TCP, with
 `--in-flight` calls outstanding at a time, on uvloop. CPU time (user + system) divided by
 calls is what one replica write or read costs a cluster, sender and receiver together.
@@ -24,16 +24,16 @@ import aiohttp
 import uvloop
 from aiohttp import web
 
-from dht.clock import HybridClock
 from dht.config import NodeConfig
-from dht.internal_api import InternalApi
-from dht.log_limits import RateLimitedLog
-from dht.peers import Peer
-from dht.record import Record
-from dht.replica_channel import ServerConnection
-from dht.replica_protocol import MESSAGE_OVERHEAD
-from dht.ring import Ring
-from dht.storage import Storage
+from dht.coordination.clock import HybridClock
+from dht.coordination.ring import Ring
+from dht.replication.channel import ServerConnection
+from dht.replication.peers import Peer
+from dht.replication.protocol import MESSAGE_OVERHEAD
+from dht.storage.record import Record
+from dht.storage.store import Storage
+from dht.web.internal_api import InternalApi
+from dht.web.log_limits import RateLimitedLog
 
 HOST = "127.0.0.1"
 

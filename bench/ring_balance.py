@@ -17,7 +17,7 @@ import statistics
 import time
 from collections import Counter
 
-from dht.ring import Ring, token
+from dht.coordination.ring import Ring, token
 
 HASH_SPACE = 1 << 64
 

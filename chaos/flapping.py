@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chaos.run_folder import FaultWindow
-from dht.testbed import Testbed, node_name
+from dht.testbed.toxiproxy import Testbed, node_name
 from tests.launcher import Node
 
 

@@ -42,8 +42,8 @@ from chaos.observe import (
 )
 from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, key_space
-from dht import testbed as test_bed  # a module import: pytest would collect the class
-from dht.record import Record, newest
+from dht.storage.record import Record, newest
+from dht.testbed import toxiproxy as test_bed  # a module import: pytest would collect the class
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node
 from tests.spec.rules import rule

@@ -8,7 +8,7 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints, read_repairs
-from dht.testbed import Testbed
+from dht.testbed.toxiproxy import Testbed
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node, wait_for
 from tests.spec.rules import rule

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chaos.history import Kind, Op
-from dht.testbed import node_name
+from dht.testbed.toxiproxy import node_name
 from tests.launcher import Node, entity_url, request
 
 

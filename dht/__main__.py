@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 config.port,
             )
 
-        from dht.storage import StorageUnavailable
+        from dht.storage.store import StorageUnavailable
 
         try:
             run_node(config)
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "repair":
-        from dht.storage import repair
+        from dht.storage.store import repair
 
         try:
             repair(args.data_dir)
@@ -422,14 +422,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cockpit":
         if len(set(args.nodes)) != len(args.nodes):
             parser.error("--node lists a node twice")
-        from dht.cockpit import CockpitConfig, run_cockpit
+        from dht.testbed.cockpit import CockpitConfig, run_cockpit
 
         return run_cockpit(
             CockpitConfig(
                 nodes=tuple(args.nodes), toxiproxy=args.toxiproxy, host=args.host, port=args.port
             )
         )
-    from dht.cluster import run_cluster
+    from dht.testbed.cluster import run_cluster
 
     return run_cluster(args)
 

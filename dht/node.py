@@ -13,24 +13,24 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.admission import ByteBudget, keep_large_buffers_out_of_the_heap
-from dht.anti_entropy import AntiEntropy
-from dht.clock import HybridClock, wall_clock_ms
-from dht.collector import Collector
 from dht.config import NodeConfig
-from dht.coordinator import Coordinator
-from dht.hints import HintDelivery, HintStore
-from dht.http_api import ClientApi
-from dht.http_server import HttpServer, Params, Route
-from dht.internal_api import InternalApi
-from dht.listener import SharedPortSite
-from dht.log_limits import QuietMalformedHttp
-from dht.merkle import MerkleTrees
+from dht.coordination.clock import HybridClock, wall_clock_ms
+from dht.coordination.coordinator import Coordinator
+from dht.coordination.ring import Ring
 from dht.metrics import CONTENT_TYPE, Metrics
-from dht.peers import Peers
-from dht.replica_protocol import MESSAGE_OVERHEAD
-from dht.ring import Ring
-from dht.storage import Storage
+from dht.replication.anti_entropy import AntiEntropy
+from dht.replication.collector import Collector
+from dht.replication.hints import HintDelivery, HintStore
+from dht.replication.merkle import MerkleTrees
+from dht.replication.peers import Peers
+from dht.replication.protocol import MESSAGE_OVERHEAD
+from dht.storage.store import Storage
+from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
+from dht.web.client_api import ClientApi
+from dht.web.internal_api import InternalApi
+from dht.web.listener import SharedPortSite
+from dht.web.log_limits import QuietMalformedHttp
+from dht.web.server import HttpServer, Params, Route
 
 log = logging.getLogger(__name__)
 

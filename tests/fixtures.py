@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.testbed import Testbed
+from dht.testbed.toxiproxy import Testbed
 from tests.launcher import Cluster, Node, chaos_cluster
 
 ClusterFactory = Callable[..., Cluster]

@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from dht.config import NodeConfig
-from dht.record import Record, decode
-from dht.replica_protocol import (
+from dht.coordination.ring import ring_identity
+from dht.replication.protocol import (
     PROTOCOL_VERSION,
     Answer,
     Failed,
@@ -47,9 +47,9 @@ from dht.replica_protocol import (
     Role,
     Stored,
 )
-from dht.ring import ring_identity
-from dht.testbed import Testbed, free_ports, ports_needed
-from dht.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
+from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
+from dht.storage.record import Record, decode
+from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
 
 T = TypeVar("T")
 
@@ -547,7 +547,7 @@ def internal_request(node: Node, method: str, url: str, body: bytes | None = Non
 
 
 def decode_frames(body: bytes) -> dict[str, Record]:
-    """The internal range stream (dht.wire): frames of key length (4 bytes big-endian),
+    """The internal range stream (dht.replication.wire): frames of key length (4 bytes big-endian),
     key, record length, record. Raises ValueError if the stream is cut inside a frame."""
     records: dict[str, Record] = {}
     position = 0

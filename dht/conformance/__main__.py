@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
 from dht.conformance.spec import SPEC_PATH, TIERS, load_rules
-from dht.testbed import free_ports
+from dht.testbed.toxiproxy import free_ports
 
 REPOSITORY = SPEC_PATH.parent
 SPEC_TESTS = REPOSITORY / "tests" / "spec"

@@ -1,5 +1,5 @@
 """The cockpit: the live dashboard `python -m dht cluster` serves (SPEC.md rule 6.7 names
-the command; dht/cockpit.py and dht/cockpit.html are the dashboard).
+the command; dht/testbed/cockpit.py and dht/testbed/cockpit.html are the dashboard).
 
 Real processes throughout: `cluster` subprocesses on free ports (with the Toxiproxy test
 bed where the test needs links), and for the page, Debian's headless Chromium driven by

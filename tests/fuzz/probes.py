@@ -10,7 +10,7 @@ rejected; obs-fold, NUL in a value or raw bytes in the target may be rejected or
 leniently.
 
 A leading 0x00 byte is never sent: on the node's port it opens a replica channel
-(dht/listener.py), which is not the client API and is not fuzzed here.
+(dht/web/listener.py), which is not the client API and is not fuzzed here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from dht.record import Record
+from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
 from tests.spec.rules import rule

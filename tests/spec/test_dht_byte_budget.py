@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from dht.clock import version_at, wall_clock_ms
-from dht.record import Record
-from dht.replica_protocol import Failed, PutRecord, ReplicaCodec, Stored, Welcome, Why
+from dht.coordination.clock import version_at, wall_clock_ms
+from dht.replication.protocol import Failed, PutRecord, ReplicaCodec, Stored, Welcome, Why
+from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
 from tests.spec.rules import rule

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.clock import version_at, wall_clock_ms
-from dht.record import Record
-from dht.replica_protocol import PutRecord, Refused
+from dht.coordination.clock import version_at, wall_clock_ms
+from dht.replication.protocol import PutRecord, Refused
+from dht.storage.record import Record
 from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
 from tests.spec.rules import rule
 

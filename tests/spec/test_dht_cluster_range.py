@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from dht.record import Record
-from dht.replica_protocol import Stored
+from dht.replication.protocol import Stored
+from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node
 from tests.spec.rules import rule

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from dht.record import Record
-from dht.replica_protocol import RecordAbsent, RecordFound, Stored
+from dht.replication.protocol import RecordAbsent, RecordFound, Stored
+from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, wait_for
 from tests.spec.rules import rule

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plyvel
 import pytest
 
-from dht.storage import RECORDS_PREFIX
+from dht.storage.store import RECORDS_PREFIX
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node
 from tests.spec.rules import rule

@@ -1,8 +1,8 @@
-"""The byte budget (dht.admission), with the heap trim observed."""
+"""The byte budget (dht.web.admission), with the heap trim observed."""
 
 from __future__ import annotations
 
-from dht.admission import TRIM_AFTER, ByteBudget
+from dht.web.admission import TRIM_AFTER, ByteBudget
 
 
 def test_bytes_past_the_limit_are_refused_and_counted() -> None:

@@ -1,4 +1,4 @@
-"""The free-space reserve (dht.disk), with the volume's free space and the clock faked."""
+"""The free-space reserve (dht.storage.disk), with the volume's free space and the clock faked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.disk import RESUME_MARGIN, DiskFull, DiskSpace
+from dht.storage.disk import RESUME_MARGIN, DiskFull, DiskSpace
 
 MiB = 1024 * 1024
 RESERVE = 32 * MiB

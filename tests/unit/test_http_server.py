@@ -1,4 +1,4 @@
-"""The node's request dispatcher (dht.http_server): routes, the in-flight bound, and the
+"""The node's request dispatcher (dht.web.server): routes, the in-flight bound, and the
 mapping of errors to one-line answers, on aiohttp's own mocked requests."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from dht.http_server import BadRequest, HttpServer, Params, PayloadTooLarge, Route
+from dht.web.server import BadRequest, HttpServer, Params, PayloadTooLarge, Route
 
 
 def server(handler: object, max_in_flight: int = 10) -> HttpServer:

@@ -1,5 +1,5 @@
-"""Hash trees for anti-entropy (dht/merkle.py) and the tombstone collection rule
-(dht/collector.py): pure logic, no sockets (SPEC.md rules 9.9 and 9.10)."""
+"""Hash trees for anti-entropy (dht/replication/merkle.py) and the tombstone collection rule
+(dht/replication/collector.py): pure logic, no sockets (SPEC.md rules 9.9 and 9.10)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.clock import version_at
-from dht.collector import collectible
-from dht.merkle import (
+from dht.coordination.clock import version_at
+from dht.coordination.ring import Ring
+from dht.replication.collector import collectible
+from dht.replication.merkle import (
     LEAF_BITS,
     LEAVES,
     Digest,
@@ -20,8 +21,7 @@ from dht.merkle import (
     leaf_of,
     record_digest,
 )
-from dht.record import Record
-from dht.ring import Ring
+from dht.storage.record import Record
 from tests.spec.rules import rule
 
 NODES = ["http://a:1", "http://b:2", "http://c:3"]

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from dht.clock import MAX_VERSION, version_at
-from dht.record import FORMAT_V1, FORMAT_V2, CorruptRecord, Record, decode, encode, newest
+from dht.coordination.clock import MAX_VERSION, version_at
+from dht.storage.record import FORMAT_V1, FORMAT_V2, CorruptRecord, Record, decode, encode, newest
 from tests.spec.rules import rule
 
 VERSION = version_at(1_700_000_000_000, 3)

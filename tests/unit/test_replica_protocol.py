@@ -1,4 +1,4 @@
-"""The replica channel's codec (dht.replica_protocol): plain bytes in and out, no sockets."""
+"""The replica channel's codec (dht.replication.protocol): plain bytes in and out, no sockets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.record import Record
-from dht.replica_protocol import (
+from dht.replication.protocol import (
     FRAGMENT_BYTES,
     PREFACE,
     PROTOCOL_VERSION,
@@ -31,6 +30,7 @@ from dht.replica_protocol import (
     Welcome,
     Why,
 )
+from dht.storage.record import Record
 
 LIMIT = 1 << 20
 HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", "s3cret")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dht.replicas import BadReplicas, ReplicaCount, default_replicas, parse_replicas, quorum
+from dht.coordination.replicas import (
+    BadReplicas,
+    ReplicaCount,
+    default_replicas,
+    parse_replicas,
+    quorum,
+)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The digest index beside the records (dht/storage.py): writes decide what is newer by
+"""The digest index beside the records (dht/storage/store.py): writes decide what is newer by
 it, so it must hold exactly the stored records, also after `python -m dht repair`
 (real LevelDB in a temporary folder)."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import plyvel
 
-from dht.record import Record
-from dht.storage import Storage, digest_key, repair
+from dht.storage.record import Record
+from dht.storage.store import Storage, digest_key, repair
 
 
 def test_an_older_write_is_refused_and_a_tie_is_decided_by_the_record(tmp_path: Path) -> None:

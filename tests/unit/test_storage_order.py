@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dht.record import Record
-from dht.storage import LARGE_WRITE, Storage
+from dht.storage.record import Record
+from dht.storage.store import LARGE_WRITE, Storage
 
 LARGE = b"L" * LARGE_WRITE
 SMALL = b"s"

@@ -1,18 +1,18 @@
 """The internal range stream over HTTP (shared by both ends): its path, headers and
-framing. Single-record calls travel on the replica channel (`dht.replica_protocol`).
+framing. Single-record calls travel on the replica channel (`dht.replication.protocol`).
 
 The range stream is a sequence of frames: key length (4 bytes big-endian), key, record
-length (4 bytes big-endian), encoded record (`dht.record`, version included).
+length (4 bytes big-endian), encoded record (`dht.storage.record`, version included).
 """
 
 from __future__ import annotations
 
 import struct
 
-from dht.record import Record, encode
+from dht.storage.record import Record, encode
 
 RECORDS_PATH = "/internal/v0/records"
-# Anti-entropy's tree and digest requests (dht/anti_entropy.py), JSON both ways.
+# Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
 SECRET_HEADER = "X-Dht-Secret"
 RING_HEADER = "X-Dht-Ring"

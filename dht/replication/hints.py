@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dht.disk import DiskFull, DiskSpace
-from dht.log_limits import RateLimitedLog
-from dht.peers import PeerError, Peers
-from dht.record import Record, decode, encode
-from dht.storage import put_or_disk_full
+from dht.replication.peers import PeerError, Peers
+from dht.storage.disk import DiskFull, DiskSpace
+from dht.storage.record import Record, decode, encode
+from dht.storage.store import put_or_disk_full
+from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

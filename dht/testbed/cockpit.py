@@ -1,7 +1,7 @@
 """The cockpit: one live page over a running cluster, served by `python -m dht cockpit`
 (and started by `python -m dht cluster`, on --dashboard-port).
 
-The page (dht/cockpit.html) polls every node's `/v0/status` and `/metrics` and, with the
+The page (dht/testbed/cockpit.html) polls every node's `/v0/status` and `/metrics` and, with the
 chaos test bed, Toxiproxy's API, and computes everything it shows itself. This server is
 only a thin reverse proxy in front of those APIs, so the browser talks to one origin:
 the nodes and Toxiproxy send no CORS headers, and Toxiproxy refuses any request that
@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-log = logging.getLogger("dht.cockpit")
+log = logging.getLogger("dht.testbed.cockpit")
 
 # A node that cannot answer its status within a second is down as far as an operator is
 # concerned; waiting longer would only make the page lag behind the cluster.
@@ -65,7 +65,7 @@ def node_names(count: int) -> list[str]:
 
 def load_page() -> bytes:
     """The page, shipped as package data next to this module (pyproject.toml)."""
-    return resources.files("dht").joinpath("cockpit.html").read_bytes()
+    return resources.files("dht.testbed").joinpath("cockpit.html").read_bytes()
 
 
 def _one_line(exc: BaseException) -> str:

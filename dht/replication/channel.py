@@ -1,5 +1,5 @@
 """The replica channel: one long-lived connection per peer that carries many record calls
-at once, answers matched by call id (the asyncio half of `dht.replica_protocol`).
+at once, answers matched by call id (the asyncio half of `dht.replication.protocol`).
 
 Client end (`ReplicaChannel`): connects on first use and sends HELLO (protocol version,
 ring identity, cluster secret) with the first calls right behind it; then every
@@ -33,9 +33,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
-from dht.log_limits import RateLimitedLog
-from dht.record import Record
-from dht.replica_protocol import (
+from dht.replication.protocol import (
     PREFACE,
     Answer,
     Budget,
@@ -56,6 +54,8 @@ from dht.replica_protocol import (
     Welcome,
     Why,
 )
+from dht.storage.record import Record
+from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class ClientConnection(_Connection):
 
 class ReplicaChannel:
     """The channel to one peer, dialled on demand. Calls carry no deadline of their own:
-    the caller (`dht.peers.Peer`) keeps one for each, and reports a missed one with
+    the caller (`dht.replication.peers.Peer`) keeps one for each, and reports a missed one with
     `deadline_missed` so a silent connection is torn down."""
 
     def __init__(

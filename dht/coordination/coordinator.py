@@ -1,7 +1,7 @@
 """One client request -> fan-out to its replicas -> acks -> one merged answer.
 
 The coordinator sends a request to all F replicas at once (itself through storage, the
-others through `dht.peers`), answers as soon as A succeeded or as soon as that became
+others through `dht.replication.peers`), answers as soon as A succeeded or as soon as that became
 impossible, and leaves the rest running in the background: writes go on to every
 replica, reads go on to repair stale replicas. It returns outcomes; only the HTTP layer
 turns them into status codes.
@@ -18,16 +18,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from dht.clock import HybridClock, VersionAhead
 from dht.config import NodeConfig
-from dht.disk import DiskFull
-from dht.hints import HintStore
-from dht.log_limits import RateLimitedLog
-from dht.peers import PeerError, Peers, ReplicaFull
-from dht.record import MAX_COPIES, Record, newest
-from dht.replicas import ReplicaCount, quorum
-from dht.ring import Ring
-from dht.storage import Storage
+from dht.coordination.clock import HybridClock, VersionAhead
+from dht.coordination.replicas import ReplicaCount, quorum
+from dht.coordination.ring import Ring
+from dht.replication.hints import HintStore
+from dht.replication.peers import PeerError, Peers, ReplicaFull
+from dht.storage.disk import DiskFull
+from dht.storage.record import MAX_COPIES, Record, newest
+from dht.storage.store import Storage
+from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Counters:
 
 class Coordinator:
     """Fans each client operation out to its replicas. Replica calls are futures resolved
-    by callbacks (`dht.peers`); a `_Tally` counts their answers, so a request costs no
+    by callbacks (`dht.replication.peers`); a `_Tally` counts their answers, so a request costs no
     task per replica, and what happens after the client's answer (the rest of a write,
     hints for missed replicas, read repair of late answers) is callbacks too."""
 

@@ -1,6 +1,6 @@
 """The client API v0 (SPEC.md sections 1, 2 and 7): parse, call the coordinator, respond.
 
-All status-code decisions for coordinator outcomes live here; `dht.http_server` routes
+All status-code decisions for coordinator outcomes live here; `dht.web.server` routes
 requests and maps malformed input. Errors carry a short plain-text reason.
 """
 
@@ -15,11 +15,17 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.admission import ByteBudget
 from dht.config import NodeConfig
-from dht.coordinator import Coordinator, NotEnoughSources, Outcome, RangeIncomplete, Status
-from dht.http_server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
-from dht.replicas import BadReplicas, ReplicaCount, default_replicas, parse_replicas
+from dht.coordination.coordinator import (
+    Coordinator,
+    NotEnoughSources,
+    Outcome,
+    RangeIncomplete,
+    Status,
+)
+from dht.coordination.replicas import BadReplicas, ReplicaCount, default_replicas, parse_replicas
+from dht.web.admission import ByteBudget
+from dht.web.server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
 
 log = logging.getLogger(__name__)
 

@@ -16,16 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.clock import HybridClock, VersionAhead
-from dht.disk import DiskFull
-from dht.http_api import required
-from dht.http_server import Params, Route, start_stream, text
-from dht.log_limits import RateLimitedLog
-from dht.record import Record
-from dht.replica_channel import ReplicaRefusal
-from dht.replica_protocol import PROTOCOL_VERSION, Hello, Why
-from dht.storage import Storage
-from dht.wire import (
+from dht.coordination.clock import HybridClock, VersionAhead
+from dht.replication.channel import ReplicaRefusal
+from dht.replication.protocol import PROTOCOL_VERSION, Hello, Why
+from dht.replication.wire import (
     EXCHANGE_PATH,
     RECORD_CONTENT_TYPE,
     RECORDS_PATH,
@@ -33,6 +27,12 @@ from dht.wire import (
     SECRET_HEADER,
     encode_frame,
 )
+from dht.storage.disk import DiskFull
+from dht.storage.record import Record
+from dht.storage.store import Storage
+from dht.web.client_api import required
+from dht.web.log_limits import RateLimitedLog
+from dht.web.server import Params, Route, start_stream, text
 
 ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -53,7 +53,7 @@ class InternalApi:
         # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
         self.exchange_answerer: ExchangeAnswerer | None = None
 
-    # -- the replica channel (dht.replica_channel.ServerConnection calls these) ---------
+    # -- the replica channel (dht.replication.channel.ServerConnection calls these) ---------
 
     def admit(self, hello: Hello) -> str | None:
         if hello.version != PROTOCOL_VERSION:

@@ -1,4 +1,4 @@
-"""Talking to other nodes: a replica channel per peer (`dht.replica_channel`) for record
+"""Talking to other nodes: a replica channel per peer (`dht.replication.channel`) for record
 reads and writes, an HTTP session per peer for its local range stream, a deadline on
 every call and a circuit breaker per peer."""
 
@@ -14,12 +14,10 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from yarl import URL
 
-from dht.breaker import Breaker, State
 from dht.config import NodeConfig
-from dht.keys import query_value
-from dht.record import CorruptRecord, Record, decode
-from dht.replica_channel import PeerError, ReplicaChannel, ReplicaFull
-from dht.replica_protocol import (
+from dht.replication.breaker import Breaker, State
+from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
+from dht.replication.protocol import (
     MESSAGE_OVERHEAD,
     PROTOCOL_VERSION,
     Answer,
@@ -33,7 +31,9 @@ from dht.replica_protocol import (
     Stored,
     Why,
 )
-from dht.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
+from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
+from dht.storage.record import CorruptRecord, Record, decode
+from dht.web.keys import query_value
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from dht.clock import version_ms
-from dht.merkle import MerkleTrees
-from dht.record import Record
-from dht.storage import Storage
+from dht.coordination.clock import version_ms
+from dht.replication.merkle import MerkleTrees
+from dht.storage.record import Record
+from dht.storage.store import Storage
 
 log = logging.getLogger(__name__)
 

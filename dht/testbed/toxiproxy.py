@@ -27,7 +27,7 @@ from toxiproxy import Toxiproxy
 
 log = logging.getLogger(__name__)
 
-_REPO_BINARY = Path(__file__).resolve().parent.parent / ".tools" / "bin" / "toxiproxy-server"
+_REPO_BINARY = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "toxiproxy-server"
 _START_DEADLINE = 10.0
 
 

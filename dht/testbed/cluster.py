@@ -2,7 +2,7 @@
 
 Starts every node, waits until each answers /v0/status, prints the URLs, and on Ctrl-C or
 SIGTERM stops them all (SIGTERM, then SIGKILL for any that linger): no orphans. Then it
-starts the dashboard (`python -m dht cockpit`, dht/cockpit.py) as one more child, which is
+starts the dashboard (`python -m dht cockpit`, dht/testbed/cockpit.py) as one more child, which is
 stopped with the nodes; the cluster runs on without it if it cannot start.
 """
 
@@ -23,9 +23,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dht.testbed import Testbed
+    from dht.testbed.toxiproxy import Testbed
 
-log = logging.getLogger("dht.cluster")
+log = logging.getLogger("dht.testbed.cluster")
 
 START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
@@ -113,7 +113,7 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def start_testbed(urls: list[str], data_dir: Path) -> Testbed:
-    from dht.testbed import Testbed
+    from dht.testbed.toxiproxy import Testbed
 
     data_dir.mkdir(parents=True, exist_ok=True)
     return Testbed(urls, data_dir / "toxiproxy.log").start()

@@ -1,7 +1,7 @@
 """Local storage on LevelDB (plyvel): records under one prefix, hints under another, and
 the digest index of the records under a third.
 
-The digest index holds, for every record, its version, digest and copies (dht/merkle.py)
+The digest index holds, for every record, its version, digest and copies (dht/replication/merkle.py)
 under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
 and the per-peer trees are rebuilt from it at start without reading a value. A record
 and its digest are written in one LevelDB batch, so they never disagree; `on_change`
@@ -22,9 +22,9 @@ from typing import Any
 
 import plyvel
 
-from dht.disk import DiskFull, DiskSpace
-from dht.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
-from dht.record import Record, decode, encode
+from dht.replication.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
+from dht.storage.disk import DiskFull, DiskSpace
+from dht.storage.record import Record, decode, encode
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ calls instead of holding them behind it. Call id 0 is the handshake.
 | WELCOME | server | empty: the channel is open |
 | REFUSED | server | reason (UTF-8); the server closes the connection after it |
 | GET | client | key |
-| PUT | client | key length (u32), key, record (`dht.record` encoding, version inside) |
+| PUT | client | key length (u32), key, record (`dht.storage.record` encoding, version inside) |
 | RECORD | server, answers GET | record |
 | ABSENT | server, answers GET | empty: no record for that key |
 | STORED | server, answers PUT | 1 byte: 1 stored, 0 kept (the replica held a newer record) |
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dht.record import CorruptRecord, Record, decode, encode_header
+from dht.storage.record import CorruptRecord, Record, decode, encode_header
 
 PROTOCOL_VERSION = 1
 PREFACE = b"\x00dht-replica\r\n"
@@ -75,7 +75,7 @@ _OPS = {op.value: op for op in Op}
 
 
 class Budget(Protocol):
-    """Bytes a receiver holds at once (`dht.admission.ByteBudget`)."""
+    """Bytes a receiver holds at once (`dht.web.admission.ByteBudget`)."""
 
     def acquire(self, size: int, held: int = 0) -> bool: ...
 

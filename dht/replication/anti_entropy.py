@@ -2,7 +2,7 @@
 both hold and exchanges the ones that differ, newest wins both ways.
 
 Why incremental trees rather than trees rebuilt from a snapshot: the per-peer trees
-(dht/merkle.py) are kept current by every write (storage calls `MerkleTrees.change` with
+(dht/replication/merkle.py) are kept current by every write (storage calls `MerkleTrees.change` with
 the digest it replaced and the one it wrote, an XOR per peer), so an exchange reads no
 record it does not send and costs no scan at all: O(differences x LEAF_BITS) hashes, one
 key list per differing leaf, one record per differing key. The only full read is at
@@ -16,7 +16,7 @@ An exchange, started by either side every `--anti-entropy-interval` seconds per 
 3. for each key that differs, both records (ours from storage, the peer's on the replica
    channel); the newest is written where it is missing or older (put-if-newer both
    ways), at most `--anti-entropy-rate` records a second.
-A completed exchange is what lets tombstones go (dht/collector.py): it records when it
+A completed exchange is what lets tombstones go (dht/replication/collector.py): it records when it
 started, and every record that existed then is on both sides once it completes.
 """
 
@@ -29,13 +29,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dht.clock import HybridClock, VersionAhead
-from dht.disk import DiskFull
-from dht.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
-from dht.peers import PeerError, Peers
-from dht.record import Record, newest
-from dht.storage import Storage
-from dht.wire import EXCHANGE_PATH
+from dht.coordination.clock import HybridClock, VersionAhead
+from dht.replication.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
+from dht.replication.peers import PeerError, Peers
+from dht.replication.wire import EXCHANGE_PATH
+from dht.storage.disk import DiskFull
+from dht.storage.record import Record, newest
+from dht.storage.store import Storage
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ flags byte (bit 0 = tombstone), the number of copies the write asked for (`F` of
 since the epoch, 0 = never), then the value bytes to the end. The expiry is absolute and
 travels inside the record, so every replica, hint, repair and anti-entropy exchange
 agrees on when a record expires; the copy count tells anti-entropy which nodes are to
-hold the record (dht/anti_entropy.py).
+hold the record (dht/replication/anti_entropy.py).
 
 Format 1 (read, never written): format byte 1, the version, the flags, then the value:
 records stored before format 2 read as records that never expire, copies not known.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from dht.clock import version_ms
+from dht.coordination.clock import version_ms
 
 FORMAT_V1 = 1
 FORMAT_V2 = 2

@@ -13,9 +13,9 @@ import logging
 
 from aiohttp import web
 
-from dht.log_limits import RateLimitedLog
-from dht.replica_channel import ProtocolSniffer, ReplicaService, ServerConnection
-from dht.replica_protocol import Budget
+from dht.replication.channel import ProtocolSniffer, ReplicaService, ServerConnection
+from dht.replication.protocol import Budget
+from dht.web.log_limits import RateLimitedLog
 
 
 class SharedPortSite(web.BaseSite):
@@ -45,7 +45,7 @@ class SharedPortSite(web.BaseSite):
         await super().start()
         http = self._runner.server
         assert http is not None
-        garbage = RateLimitedLog(logging.getLogger("dht.replica_channel"))
+        garbage = RateLimitedLog(logging.getLogger("dht.replication.channel"))
 
         def channel() -> ServerConnection:
             return ServerConnection(

@@ -1,0 +1,1 @@
+"""Around the nodes: the local cluster command, its dashboard, and Toxiproxy on every link."""
