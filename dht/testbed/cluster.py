@@ -180,7 +180,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # SIGINT too: Python leaves it ignored when the process starts with it ignored, as
+    # a shell that is not interactive starts `python -m dht cluster &`.
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         if args.chaos:
             testbed = start_testbed(urls, args.data_dir)

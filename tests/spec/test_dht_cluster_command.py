@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import socket
 import subprocess
@@ -30,7 +31,16 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
     ports = consecutive_free_ports(3)
     command = [sys.executable, "-m", "dht", "cluster", "--nodes", "3"]
     command += ["--base-port", str(ports[0]), "--data-dir", str(tmp_path / "data")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    command += ["--dashboard-port", "0"]  # tests/cockpit covers it, on ports of its own
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # Started as `python -m dht cluster &` starts it: a shell that is not interactive
+        # ignores SIGINT in background jobs. Ctrl-C (SIGINT) must still stop it.
+        preexec_fn=ignore_sigint,
+        start_new_session=True,
+    )
     try:
         urls = [f"http://{HOST}:{port}" for port in ports]
         nodes = [
@@ -54,10 +64,18 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
         assert request("GET", f"{urls[2]}/v0/entity?id=k&replicas=3/3").body == b"v"
     finally:
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=20)
+        try:
+            output, _ = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the command and every node it started
+            raise
     text = output.decode(errors="replace")
     assert process.returncode == 0, text
     assert "no --secret" not in text  # the nodes got the generated one
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _answers(node: Node) -> int:
