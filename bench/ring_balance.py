@@ -17,9 +17,7 @@ import statistics
 import time
 from collections import Counter
 
-from dht.coordination.ring import Ring, token
-
-HASH_SPACE = 1 << 64
+from dht.coordination.ring import Ring
 
 
 def cluster_urls(count: int, base_port: int = 8080, host: str = "127.0.0.1") -> list[str]:
@@ -36,14 +34,8 @@ def sampled_load(nodes: list[str], vnodes: int, keys: list[bytes]) -> tuple[floa
 
 
 def exact_max_over_mean(nodes: list[str], vnodes: int) -> float:
-    """max/mean of the nodes' shares of the hash space (a key goes to the next token)."""
-    points = sorted((token(node, i), node) for node in nodes for i in range(vnodes))
-    share = dict.fromkeys(nodes, 0)
-    previous = points[-1][0] - HASH_SPACE
-    for position, node in points:
-        share[node] += position - previous
-        previous = position
-    return max(share.values()) * len(nodes) / HASH_SPACE
+    """max/mean of the nodes' shares of the hash space (`Ring.shares`)."""
+    return max(Ring(nodes, vnodes).shares().values()) * len(nodes)
 
 
 def main() -> None:
