@@ -112,11 +112,13 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-def start_testbed(urls: list[str], data_dir: Path) -> Testbed:
+def start_testbed(urls: list[str], data_dir: Path, dashboard_port: int) -> Testbed:
+    """Toxiproxy on free ports other than the nodes' and the dashboard's, which nothing
+    listens on yet."""
     from dht.testbed.toxiproxy import Testbed
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    return Testbed(urls, data_dir / "toxiproxy.log").start()
+    return Testbed(urls, data_dir / "toxiproxy.log", avoid=[dashboard_port]).start()
 
 
 def dashboard_command(
@@ -186,7 +188,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         if args.chaos:
-            testbed = start_testbed(urls, args.data_dir)
+            testbed = start_testbed(urls, args.data_dir, args.dashboard_port)
         for index in range(len(urls)):
             data_dir = args.data_dir / f"node-{index + 1}"
             routes = testbed.route_args(index) if testbed else []

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 from toxiproxy import Toxiproxy
 
+from dht.config import url_port
+
 log = logging.getLogger(__name__)
 
 _REPO_BINARY = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "toxiproxy-server"
@@ -53,14 +55,20 @@ def link_name(source: int, target: int) -> str:
     return f"{node_name(source)}-to-{node_name(target)}"
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct free ports: every socket stays bound until all are chosen, or the
+def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
+    """`count` distinct free ports, none of them in `avoid` (ports promised to processes
+    that have not bound them yet): every socket stays bound until all are chosen, or the
     kernel may hand out the same port twice."""
+    avoided = set(avoid)
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            sock = stack.enter_context(socket.socket())
             sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+            port = int(sock.getsockname()[1])
+            if port not in avoided:
+                chosen.append(port)
+        return chosen
 
 
 def ports_needed(nodes: int) -> int:
@@ -79,11 +87,15 @@ class Testbed:
         node_urls: list[str],
         log_path: Path | None = None,
         ports: list[int] | None = None,
+        avoid: Iterable[int] = (),
     ) -> None:
         """`ports` (ports_needed(len(node_urls)) of them) are where the API and the links
-        listen; by default free ones, chosen now."""
+        listen; by default free ones, chosen now, other than the nodes' ports and `avoid`
+        (the nodes may not listen yet)."""
         self.node_urls = node_urls
-        self._ports = ports or free_ports(ports_needed(len(node_urls)))
+        self._ports = ports or free_ports(
+            ports_needed(len(node_urls)), avoid=[*map(url_port, node_urls), *avoid]
+        )
         self.api_port = self._ports[0]
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
