@@ -6,6 +6,7 @@ import concurrent.futures
 
 import pytest
 
+from dht.metrics import CALL_OUTCOMES
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node, expect, request, wait_for
 from tests.spec.rules import rule
@@ -118,6 +119,12 @@ def test_replica_calls_breakers_and_hints_show_a_stopped_peer(
     assert metrics.value("dht_replica_calls_total", peer=peer, outcome="error") >= 3
     assert metrics.value("dht_replica_calls_total", peer=peer, outcome="circuit_open") > 0
     assert metrics.value("dht_replica_call_duration_seconds_count", peer=peer) >= 3
+    outcomes = {
+        dict(labels)["outcome"]
+        for name, labels in metrics.samples
+        if name == "dht_replica_calls_total"
+    }
+    assert outcomes <= set(CALL_OUTCOMES), outcomes  # every outcome SPEC.md 12.3 names
     assert metrics.value("dht_peer_breaker_state", peer=peer, state="open") == 1
     assert metrics.value("dht_peer_breaker_state", peer=peer) == 1  # one state at a time
     pending = status["peers"][peer]["pending_hints"]
