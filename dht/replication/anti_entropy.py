@@ -23,13 +23,13 @@ started, and every record that existed then is on both sides once it completes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from dht.coordination.clock import HybridClock, VersionAhead
+from dht.replication.background import OwnedTask
 from dht.replication.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
 from dht.replication.peers import PeerError, Peers
 from dht.replication.wire import EXCHANGE_PATH
@@ -79,19 +79,16 @@ class AntiEntropy:
         self._grace_ms = round(tombstone_grace * 1000)
         self.ready = False
         self.stats = {url: ExchangeStats() for url in trees.leaves}
-        self._task: asyncio.Task[None] | None = None
+        self._task = OwnedTask("anti-entropy", self._run)
         # Read before any write can reach the trees: a write that lands after this
         # snapshot is counted once by `change` and once (as what it replaced) here.
         self._stored_digests = storage.digests()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="anti-entropy")
+        self._task.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.close()
 
     def status(self, url: str) -> dict[str, Any]:
         return asdict(self.stats[url])

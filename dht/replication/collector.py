@@ -18,11 +18,11 @@ after it may.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from dht.coordination.clock import version_ms
+from dht.replication.background import OwnedTask
 from dht.replication.merkle import MerkleTrees
 from dht.storage.record import Record
 from dht.storage.store import Storage
@@ -65,16 +65,13 @@ class Collector:
         self._interval = min(max(grace / 4, 0.1), 600.0)
         self.collected = 0
         self.passes = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task = OwnedTask("tombstone-collector", self._run)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tombstone-collector")
+        self._task.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.close()
 
     async def _run(self) -> None:
         while True:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dht.replication.background import OwnedTask
 from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull, DiskSpace
 from dht.storage.record import Record, decode, encode
@@ -170,16 +171,14 @@ class HintDelivery:
         self._store = store
         self._peers = peers
         self._interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self._task = OwnedTask("hint-delivery", self._run)
         self.delivered = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="hint-delivery")
+        self._task.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._task.close()
 
     async def _run(self) -> None:
         while True:
