@@ -18,23 +18,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from pathlib import Path
 
+from bench.ring_balance import cluster_urls
 from dht.config import NodeConfig
 from dht.coordination.ring import Ring
 
-DEFAULT_VNODES = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="").vnodes
 SIZES = (3, 4, 5, 4, 3)
-
-
-def cluster_urls(count: int) -> list[str]:
-    return [f"http://127.0.0.1:{8080 + index}" for index in range(count)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.membership", description=__doc__)
     parser.add_argument("--keys", type=int, default=200_000)
-    parser.add_argument("--vnodes", type=int, default=DEFAULT_VNODES)
+    parser.add_argument("--vnodes", type=int, default=NodeConfig.vnodes)
     parser.add_argument("--copies", type=int, default=3)
     args = parser.parse_args()
     keys = [f"key-{index}".encode() for index in range(args.keys)]

@@ -31,17 +31,16 @@ from chaos.flags import FAST_FAULTS
 from chaos.history import CLOCK_SLACK, Kind, Op, Report, Window, check
 from chaos.observe import final_read
 from chaos.run_folder import Run, new_run_dir, write_run
-from chaos.traffic import Clients, key_space
+from chaos.traffic import Clients, attempt, key_space
 from dht.config import NodeConfig
 from dht.coordination.ring import Ring
-from tests.launcher import Cluster, Node, expect
+from tests.launcher import Cluster, expect
 from tests.spec.rules import rule
 
 TRAFFIC_SECONDS = float(os.environ.get("DHT_SKEW_SECONDS", "6"))
 SEED = 13
 KEYS = key_space(16)
 CLIENT_TIMEOUT = 2.0
-DEFAULT_VNODES = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="").vnodes
 
 
 def skewed_cluster(root: Path, skew: float, extra: list[str] | None = None) -> Cluster:
@@ -60,20 +59,6 @@ def clusters(tmp_path: Path) -> Iterator[list[Cluster]]:
         cluster.stop()
 
 
-def timed(node: Node, kind: Kind, key: str, value: bytes | None, replicas: str) -> Op:
-    """One request, recorded as the history checker sees it."""
-    invoked = time.monotonic()
-    if kind is Kind.PUT:
-        assert value is not None
-        response = node.put(key, value, replicas)
-    else:
-        response = node.get(key, replicas)
-    completed = time.monotonic()
-    if kind is Kind.GET:
-        value = response.body if response.status == 200 else None
-    return Op(kind, key, value, invoked, completed, response.status)
-
-
 @rule("8.4", "9.13")
 def test_within_the_bound_a_write_loses_to_an_earlier_one_from_a_clock_ahead(
     tmp_path: Path, clusters: list[Cluster]
@@ -83,7 +68,7 @@ def test_within_the_bound_a_write_loses_to_an_earlier_one_from_a_clock_ahead(
     clusters.append(cluster)
     cluster.start()
     ahead, other = cluster[0], cluster[1]
-    ring = Ring(cluster.urls, DEFAULT_VNODES)
+    ring = Ring(cluster.urls, NodeConfig.vnodes)
     # Keys held by the skewed node alone at 1/1, so the other coordinator never hears
     # its clock; and a key for 3/3 writes, which every node hears.
     alone = next(
@@ -92,10 +77,10 @@ def test_within_the_bound_a_write_loses_to_an_earlier_one_from_a_clock_ahead(
         if ring.replicas_for(key.encode(), 1)[0] == ahead.url
     )
 
-    first = timed(ahead, Kind.PUT, alone, b"earlier, from the clock ahead", "1/1")
+    first = attempt(ahead, Kind.PUT, alone, b"earlier, from the clock ahead", 5.0, replicas="1/1")
     time.sleep(0.05)  # past the checker's 10 ms: the writes are ordered in real time
-    second = timed(other, Kind.PUT, alone, b"later, from the right clock", "1/1")
-    read = timed(other, Kind.GET, alone, None, "1/1")
+    second = attempt(other, Kind.PUT, alone, b"later, from the right clock", 5.0, replicas="1/1")
+    read = attempt(other, Kind.GET, alone, None, 5.0, replicas="1/1")
     assert (first.status, second.status) == (201, 201)
     assert read.value == first.value, "the later write should have lost to the skewed one"
     report = check([first, second, read], {alone: read.value})

@@ -18,11 +18,17 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.history import check
-from chaos.observe import differences, final_read, records_by_node
+from chaos.observe import (
+    breaker_towards,
+    differences,
+    final_read,
+    pending_hints,
+    records_by_node,
+)
 from chaos.run_folder import FaultWindow, Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
 from tests.fixtures import ClusterFactory
-from tests.launcher import Node, wait_for
+from tests.launcher import wait_for
 from tests.spec.rules import rule
 
 PAUSE_SECONDS = float(os.environ.get("DHT_PAUSE_SECONDS", "3"))
@@ -32,10 +38,6 @@ KEYS = key_space(16)
 # on no deadline; this only keeps a busy machine from turning a slow answer into a miss.
 CLIENT_TIMEOUT = 5.0
 CATCH_UP_DEADLINE = 20.0
-
-
-def breaker_open_towards(node: Node, target: Node) -> bool:
-    return node.metrics().value("dht_peer_breaker_state", peer=target.url, state="open") == 1
 
 
 @rule("9.11")
@@ -52,13 +54,13 @@ def test_a_paused_node_is_routed_around_and_catches_up_once_it_resumes(
         paused.pause()
         try:
             opened = wait_for(
-                lambda: [breaker_open_towards(node, paused) for node in live],
+                lambda: [breaker_towards(node, paused) == "open" for node in live],
                 all,
                 deadline=PAUSE_SECONDS,
             )
             circuits_open_after = time.monotonic() - paused_at
             time.sleep(max(0.0, PAUSE_SECONDS - circuits_open_after))  # the fault's lifetime
-            hints_at_resume = [node.status()["peers"][paused.url]["pending_hints"] for node in live]
+            hints_at_resume = [pending_hints(node, paused) for node in live]
         finally:
             paused.resume()
         resumed_at = time.monotonic()

@@ -6,21 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dht.metrics import LATENCY_BUCKETS, Latencies, Metrics, TrafficCollector
+from tests.launcher import Metrics as Page
 
 
-def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def traffic_page(metrics: Metrics) -> Page:
     """The per-request families alone (the node's status is not needed for them)."""
     registry = CollectorRegistry()
     registry.register(TrafficCollector(metrics))
-    page = generate_latest(registry).decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(page)
-        for sample in family.samples
-    }
+    return Page.parse(generate_latest(registry).decode())
 
 
 def test_a_bucket_counts_observations_at_most_its_bound() -> None:
@@ -42,11 +37,7 @@ def test_requests_and_calls_appear_on_the_page_by_their_labels(tmp_path: Path) -
     metrics.client_request("get", 404, 0.0001)
     metrics.replica_call("http://b:1", "ok", 0.003)
     metrics.replica_call("http://b:1", "timeout", None)
-    page = samples(metrics)
-
-    def value(name: str, **labels: str) -> float:
-        return page[name, frozenset(labels.items())]
-
+    value = traffic_page(metrics).value
     assert value("dht_client_requests_total", operation="put", status="201") == 3
     assert value("dht_client_requests_total", operation="get", status="404") == 1
     assert value("dht_client_request_duration_seconds_count", operation="put") == 3
