@@ -26,7 +26,8 @@ from aiohttp import web
 
 from dht.config import NodeConfig
 from dht.coordination.clock import HybridClock
-from dht.coordination.ring import Ring
+from dht.coordination.membership import Membership
+from dht.coordination.topology import STABLE, TopologyState
 from dht.replication.channel import ServerConnection
 from dht.replication.peers import Peer
 from dht.replication.protocol import MESSAGE_OVERHEAD
@@ -63,8 +64,8 @@ async def channel_costs(
     config = NodeConfig(
         port=0, data_dir=data_dir, cluster=cluster, self_url=cluster[0], timeout=5.0
     )
-    ring = Ring(cluster, config.vnodes)
-    service = InternalApi(storage, clock, None, ring.identity)
+    membership = Membership(data_dir, TopologyState(0, STABLE, cluster), config.vnodes)
+    service = InternalApi(storage, clock, None, membership)
     live: set[ServerConnection] = set()
     limit = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
     loop = asyncio.get_running_loop()
@@ -80,7 +81,7 @@ async def channel_costs(
         timeout=5.0,
         routes=((cluster[1], f"http://{HOST}:{port}"),),
     )
-    peer = Peer(cluster[1], routed, ring.identity)
+    peer = Peer(cluster[1], routed, membership.identity)
     try:
         await peer.put(b"warm", Record.live(clock.now(), value))
         put = await measure(

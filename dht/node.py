@@ -8,7 +8,7 @@ import functools
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -16,13 +16,15 @@ from aiohttp import web
 from dht.config import NodeConfig
 from dht.coordination.clock import HybridClock, wall_clock_ms
 from dht.coordination.coordinator import Coordinator
-from dht.coordination.ring import Ring
+from dht.coordination.membership import Membership, joining_state
+from dht.coordination.topology import STABLE, TopologyState
 from dht.metrics import CONTENT_TYPE, Metrics
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
+from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.merkle import MerkleTrees
-from dht.replication.peers import Peers
+from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
 from dht.storage.store import Storage
 from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
@@ -30,6 +32,7 @@ from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
 from dht.web.listener import SharedPortSite
 from dht.web.log_limits import QuietMalformedHttp
+from dht.web.membership_api import MembershipApi
 from dht.web.server import HttpServer, Params, Route
 
 log = logging.getLogger(__name__)
@@ -49,8 +52,13 @@ class Node:
         self.started_at = time.monotonic()
         self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes)
         self.clock = HybridClock(skewed_wall_clock(config.clock_skew), config.max_clock_drift_ms)
-        self.ring = Ring(config.cluster, config.vnodes)
-        self.peers = Peers(config, self.ring.identity)
+        seed = (
+            joining_state(config.cluster, config.self_url)
+            if config.join
+            else TopologyState(0, STABLE, config.cluster)
+        )
+        self.membership = Membership(config.data_dir, seed, config.vnodes)
+        self.peers = Peers(config, self.membership.state.members, self.membership.identity)
         self.hints = HintStore(
             self.storage.hints,
             self.storage.disk,
@@ -60,42 +68,94 @@ class Node:
         )
         self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
         self.coordinator = Coordinator(
-            config, self.storage, self.ring, self.peers, self.clock, self.hints
+            config, self.storage, self.membership, self.peers, self.clock, self.hints
         )
-        self.internal = InternalApi(self.storage, self.clock, config.secret, self.ring.identity)
-        self.trees = MerkleTrees(self.ring, config.self_url)
-        self.anti_entropy = AntiEntropy(
+        self.internal = InternalApi(self.storage, self.clock, config.secret, self.membership)
+        self.handoff = Handoff(
             config.self_url,
+            config.data_dir,
             self.storage,
-            self.trees,
+            self.membership,
             self.peers,
-            self.clock,
-            config.anti_entropy_interval,
-            config.anti_entropy_rate,
-            config.tombstone_grace,
+            config.handoff_rate,
         )
-        self.storage.on_change = self.trees.change  # after the snapshot the trees load
-        self.internal.exchange_answerer = self.anti_entropy.answer
-        self.collector = Collector(
-            self.storage,
-            self.trees,
-            self.anti_entropy.exchanged_since,
-            self.clock.wall_ms,
-            config.tombstone_grace,
-        )
+        self.anti_entropy, self.collector = self._repair_loops()
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
-        self.ring_share = self.ring.shares()
+        self.ring_share = self.membership.topology.current.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
-        routes = client.routes() | self.internal.routes()
+        admin = MembershipApi(self.membership, self.apply_step, self.internal.guard)
+        routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
         if config.metrics:
             self.metrics = Metrics(self.status, config.data_dir)
-            for url, peer in self.peers.by_url.items():
-                peer.observe_call = functools.partial(self.metrics.replica_call, url)
+            self._observe_calls(self.peers.by_url.values())
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
+
+    def _repair_loops(self) -> tuple[AntiEntropy, Collector]:
+        """Anti-entropy and tombstone collection over the current ring, with Merkle trees
+        loaded from a snapshot taken now. They run only while the membership is stable:
+        between two rings a tree shared with a peer has no meaning, and a tombstone
+        collected then could let a handed-off value come back."""
+        trees = MerkleTrees(self.membership.topology.current, self.config.self_url)
+        anti_entropy = AntiEntropy(
+            self.config.self_url,
+            self.storage,
+            trees,
+            self.peers,
+            self.clock,
+            self.config.anti_entropy_interval,
+            self.config.anti_entropy_rate,
+            self.config.tombstone_grace,
+        )
+        collector = Collector(
+            self.storage,
+            trees,
+            anti_entropy.exchanged_since,
+            self.clock.wall_ms,
+            self.config.tombstone_grace,
+        )
+        if self.membership.phase == STABLE:
+            self.storage.on_change = trees.change  # after the snapshot the trees load
+            self.internal.exchange_answerer = anti_entropy.answer
+        else:
+            self.storage.on_change = None
+            self.internal.exchange_answerer = None
+        return anti_entropy, collector
+
+    def _start_repair_loops(self) -> None:
+        if self.membership.phase == STABLE:
+            self.anti_entropy.start()
+            self.collector.start()
+
+    async def _stop_repair_loops(self) -> None:
+        self.storage.on_change = None
+        self.internal.exchange_answerer = None
+        await self.collector.close()
+        await self.anti_entropy.close()
+
+    def _observe_calls(self, peers: Iterable[Peer]) -> None:
+        if self.metrics is not None:
+            for peer in peers:
+                peer.observe_call = functools.partial(self.metrics.replica_call, peer.url)
+
+    async def apply_step(self, proposed: TopologyState) -> bool:
+        """Takes a step of a membership change (raises BadTransition if it is not the
+        next one), then waits for the client operations placed by the step before; says
+        whether they all ended within the deadline (the driver asks again if not)."""
+        if self.membership.apply(proposed):
+            added = self.peers.ensure(proposed.members, self.membership.identity)
+            self._observe_calls(added)
+            self.ring_share = self.membership.topology.current.shares()
+            await self._stop_repair_loops()
+            if proposed.phase == STABLE:
+                await self.peers.retire(proposed.members)
+            self.anti_entropy, self.collector = self._repair_loops()
+            self._start_repair_loops()
+            self.handoff.wake()
+        return await self.coordinator.drain(proposed.epoch, 2 * self.config.timeout + 1.0)
 
     async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
         assert self.metrics is not None
@@ -104,8 +164,9 @@ class Node:
     def status(self) -> dict[str, Any]:
         return {
             "node": self.config.self_url,
-            "cluster": list(self.ring.nodes),
-            "ring_identity": self.ring.identity,
+            "cluster": list(self.membership.topology.current.nodes),
+            "ring_identity": self.membership.identity,
+            "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
             "in_flight": self.http.in_flight,
@@ -176,14 +237,14 @@ class Node:
             )
             await site.start()
             self.hint_delivery.start()
-            self.anti_entropy.start()
-            self.collector.start()
+            self._start_repair_loops()
+            self.handoff.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",
                 self.config.self_url,
                 self.config.host,
                 self.config.port,
-                len(self.ring),
+                len(self.membership.topology.current),
                 self.config.data_dir,
             )
             await stop.wait()
@@ -191,8 +252,8 @@ class Node:
         finally:
             await runner.cleanup()
             await self.hint_delivery.close()
-            await self.collector.close()
-            await self.anti_entropy.close()
+            await self.handoff.close()
+            await self._stop_repair_loops()
             await self.peers.close()
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)

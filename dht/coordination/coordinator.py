@@ -10,18 +10,20 @@ turns them into status codes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import heapq
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from dht.config import NodeConfig
 from dht.coordination.clock import HybridClock, VersionAhead
+from dht.coordination.membership import Membership
 from dht.coordination.replicas import ReplicaCount, quorum
-from dht.coordination.ring import Ring
+from dht.coordination.topology import union
 from dht.replication.hints import HintStore
 from dht.replication.peers import PeerError, Peers, ReplicaFull
 from dht.storage.disk import DiskFull
@@ -81,7 +83,7 @@ class Coordinator:
         self,
         config: NodeConfig,
         storage: Storage,
-        ring: Ring,
+        membership: Membership,
         peers: Peers,
         clock: HybridClock,
         hints: HintStore,
@@ -89,7 +91,9 @@ class Coordinator:
         self._self_url = config.self_url
         self._hints = hints
         self._storage = storage
-        self._ring = ring
+        self._membership = membership
+        # Client operations under way, by the membership epoch they started in.
+        self._running: dict[int, int] = {}
         self._peers = peers
         self._clock = clock
         self.counters = Counters()
@@ -97,20 +101,24 @@ class Coordinator:
 
     # -- client operations -------------------------------------------------------------
 
-    async def get(self, key: bytes, replicas: ReplicaCount) -> Outcome:
-        targets = self._ring.replicas_for(key, replicas.from_)
-        if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
+    async def get(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
+        """`replicas` None: the membership's default."""
+        with self._running_in(self._membership.state.epoch):
+            return await self._get(key, replicas)
+
+    async def _get(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
+        quorums = self._quorums(key, replicas)
+        targets = union([nodes for nodes, _ in quorums])
+        if (refusal := self._refuse_if_unavailable(quorums)) is not None:
             return refusal
-        tally: _Tally[Record | None] = _Tally(
-            replicas.ack, len(targets), self.counters, keeps_late=True
-        )
+        tally: _Tally[Record | None] = _Tally(quorums, self.counters, keeps_late=True)
         for url in targets:
             if url != self._self_url:
                 tally.watch(url, self._peers[url].get(key), self._accept_remote)
         if self._self_url in targets:
             self._locally(tally, lambda: self._storage.get(key))
         await tally.decision()
-        if len(tally.answers) < replicas.ack:
+        if not tally.quorum_met:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
         repair = _ReadRepair(self, key, tally.answers)
         winner = repair.winner  # of the answers the decision was made on
@@ -123,7 +131,7 @@ class Coordinator:
         self,
         key: bytes,
         value: bytes,
-        replicas: ReplicaCount,
+        replicas: ReplicaCount | None,
         settled: Callable[[], None] | None = None,
         ttl_ms: int = 0,
     ) -> Outcome:
@@ -131,14 +139,50 @@ class Coordinator:
         be after the answer (the rest of the replicas are written in the background).
         With `ttl_ms`, the record expires that long after now, by this node's clock; the
         expiry travels in the record. Every record carries the F it was written with."""
+        replicas = replicas or self.default_replicas()
         expires_at = self._clock.wall_ms() + ttl_ms if ttl_ms else 0
         copies = min(replicas.from_, MAX_COPIES)
         record = Record.live(self._clock.now(), value, expires_at, copies)
-        return await self._write(key, record, replicas, Status.STORED, settled)
+        with self._running_in(self._membership.state.epoch):
+            return await self._write(key, record, replicas, Status.STORED, settled)
 
-    async def delete(self, key: bytes, replicas: ReplicaCount) -> Outcome:
+    async def delete(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
+        replicas = replicas or self.default_replicas()
         record = Record.deleted(self._clock.now(), min(replicas.from_, MAX_COPIES))
-        return await self._write(key, record, replicas, Status.DELETED)
+        with self._running_in(self._membership.state.epoch):
+            return await self._write(key, record, replicas, Status.DELETED)
+
+    def default_replicas(self) -> ReplicaCount:
+        return self._membership.topology.default_replicas()
+
+    @property
+    def cluster_size(self) -> int:
+        """The most replicas a request may ask for."""
+        return self._membership.topology.size
+
+    @contextlib.contextmanager
+    def _running_in(self, epoch: int) -> Iterator[None]:
+        self._running[epoch] = self._running.get(epoch, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._running[epoch] - 1
+            if left:
+                self._running[epoch] = left
+            else:
+                del self._running[epoch]
+
+    async def drain(self, epoch: int, deadline: float) -> bool:
+        """Waits (up to `deadline` seconds) until no client operation that started before
+        `epoch` is still running; says whether none is. A membership step is acknowledged
+        only then, so its driver knows that no operation placed by the old step is left."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + deadline
+        while any(started < epoch for started in self._running):
+            if loop.time() >= until:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     async def scan(
         self, start: bytes, end: bytes | None
@@ -147,7 +191,8 @@ class Coordinator:
         per key. Raises NotEnoughSources (before anything is sent) when fewer than
         N - quorum(N) + 1 nodes answer; the iterator raises RangeIncomplete when that
         many are no longer left mid-stream."""
-        needed = len(self._ring) - quorum(len(self._ring)) + 1
+        size = len(self._membership.topology.current)
+        needed = size - quorum(size) + 1
         opened = await asyncio.gather(
             *(peer.open_scan(start, end) for peer in self._peers.by_url.values()),
             return_exceptions=True,
@@ -168,15 +213,25 @@ class Coordinator:
 
     # -- fan-out -----------------------------------------------------------------------
 
-    def _refuse_if_unavailable(self, targets: list[str], ack: int) -> Outcome | None:
-        """503 before sending anything when open circuits leave fewer than `ack` replicas."""
-        reachable = [
-            url for url in targets if url == self._self_url or self._peers[url].available()
-        ]
-        if len(reachable) >= ack:
+    def _quorums(self, key: bytes, replicas: ReplicaCount | None) -> list[tuple[list[str], int]]:
+        topology = self._membership.topology
+        return topology.quorums(key, replicas or topology.default_replicas())
+
+    def _refuse_if_unavailable(self, quorums: list[tuple[list[str], int]]) -> Outcome | None:
+        """503 before sending anything when open circuits leave fewer than `ack`
+        replicas in some replica set."""
+        waits: list[float] = []
+        for nodes, ack in quorums:
+            reachable = [
+                url for url in nodes if url == self._self_url or self._peers[url].available()
+            ]
+            if len(reachable) < ack:
+                waits += [
+                    self._peers[url].breaker.retry_after() for url in nodes if url not in reachable
+                ]
+        if not waits:
             return None
-        waits = [self._peers[url].breaker.retry_after() for url in targets if url not in reachable]
-        return Outcome(Status.UNAVAILABLE, retry_after=min(waits, default=1.0))
+        return Outcome(Status.UNAVAILABLE, retry_after=min(waits))
 
     def _locally(self, tally: _Tally[T], operation: Callable[[], T | asyncio.Future[T]]) -> None:
         """This node's own replica: a LevelDB point operation, on the loop, or a future
@@ -188,11 +243,11 @@ class Coordinator:
                 return
         except DiskFull as exc:
             self._refusals.warning("disk-full", "writes refused: %s", exc)
-            tally.failed(no_space=True)
+            tally.failed(self._self_url, no_space=True)
             return
         except Exception:
             log.exception("local replica operation failed")
-            tally.failed()
+            tally.failed(self._self_url)
             return
         tally.succeeded(self._self_url, value)
 
@@ -214,12 +269,13 @@ class Coordinator:
         success: Status,
         settled: Callable[[], None] | None = None,
     ) -> Outcome:
-        targets = self._ring.replicas_for(key, replicas.from_)
-        if (refusal := self._refuse_if_unavailable(targets, replicas.ack)) is not None:
+        quorums = self._quorums(key, replicas)
+        targets = union([nodes for nodes, _ in quorums])
+        if (refusal := self._refuse_if_unavailable(quorums)) is not None:
             if settled is not None:
                 settled()
             return refusal
-        tally: _Tally[bool] = _Tally(replicas.ack, len(targets), self.counters)
+        tally: _Tally[bool] = _Tally(quorums, self.counters)
         for url in targets:
             if url != self._self_url:
                 future = self._peers[url].put(key, record)
@@ -230,7 +286,7 @@ class Coordinator:
         if settled is not None:
             tally.when_settled(settled)
         await tally.decision()
-        if len(tally.answers) < replicas.ack:
+        if not tally.quorum_met:
             if tally.no_space:
                 return Outcome(Status.INSUFFICIENT_STORAGE)
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
@@ -244,7 +300,11 @@ class Coordinator:
 
     def repair(self, url: str, key: bytes, record: Record) -> None:
         """Sends `record` to a replica that answered with an older one (put-if-newer, so
-        it never undoes a newer write)."""
+        it never undoes a newer write). Only to a node that is to hold it: a read that
+        asked more replicas than the record's `F` does not spread it further."""
+        holders = self._membership.topology.targets(key, record.copies or self.cluster_size)
+        if url not in holders:
+            return
         if url == self._self_url:
             try:
                 stored = self._storage.write(key, record)
@@ -339,7 +399,9 @@ class _Tally(Generic[T]):
         "_ack",
         "_counters",
         "_decided",
+        "_failed_urls",
         "_late",
+        "_quorums",
         "_settled",
         "_tolerable",
         "_unclaimed",
@@ -350,25 +412,40 @@ class _Tally(Generic[T]):
     )
 
     def __init__(
-        self, ack: int, targets: int, counters: Counters, keeps_late: bool = False
+        self, quorums: list[tuple[list[str], int]], counters: Counters, keeps_late: bool = False
     ) -> None:
-        """`keeps_late`: successes after the decision are kept for `on_late` (a read's
-        repair); a write's are only counted."""
+        """`quorums`: (replica set, acks needed in it), one per ring; the decision needs
+        every one met. `keeps_late`: successes after the decision are kept for `on_late`
+        (a read's repair); a write's are only counted."""
         self.answers: dict[str, T] = {}
         self.failures = 0
         self.no_space = 0  # failures that were a replica below its disk reserve
         self.pending: dict[asyncio.Future[T], str] = {}
         self._late: Callable[[str, T], None] | None = None
         self._unclaimed: list[tuple[str, T]] | None = [] if keeps_late else None
-        self._ack = ack
-        self._tolerable = targets - ack
+        # One replica set (no membership change under way): plain counts will do.
+        self._quorums = quorums if len(quorums) > 1 else None
+        self._failed_urls: list[str] = []
+        nodes, self._ack = quorums[0]
+        self._tolerable = len(nodes) - self._ack
         self._counters = counters
         self._decided: asyncio.Future[None] | None = None
         self._settled: Callable[[], None] | None = None
 
     @property
+    def quorum_met(self) -> bool:
+        if self._quorums is None:
+            return len(self.answers) >= self._ack
+        return all(sum(url in self.answers for url in nodes) >= ack for nodes, ack in self._quorums)
+
+    @property
     def is_decided(self) -> bool:
-        return len(self.answers) >= self._ack or self.failures > self._tolerable
+        if self._quorums is None:
+            return len(self.answers) >= self._ack or self.failures > self._tolerable
+        return self.quorum_met or any(
+            sum(url in self._failed_urls for url in nodes) > len(nodes) - ack
+            for nodes, ack in self._quorums
+        )
 
     async def decision(self) -> None:
         if not self.is_decided:
@@ -410,10 +487,12 @@ class _Tally(Generic[T]):
         self.answers[url] = value
         self._check()
 
-    def failed(self, no_space: bool = False) -> None:
+    def failed(self, url: str, no_space: bool = False) -> None:
         if self.is_decided:
             self._counters.background_failures += 1
         self.failures += 1
+        if self._quorums is not None:
+            self._failed_urls.append(url)
         self.no_space += no_space
         self._check()
 
@@ -432,7 +511,7 @@ class _Tally(Generic[T]):
         self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
     ) -> None:
         if future.cancelled():
-            self.failed()
+            self.failed(url)
             return
         error = future.exception()
         if error is None:
@@ -446,7 +525,7 @@ class _Tally(Generic[T]):
                 self.succeeded(url, value)
                 return
         _log_replica_failure(url, error)
-        self.failed(no_space=isinstance(error, ReplicaFull | DiskFull))
+        self.failed(url, no_space=isinstance(error, ReplicaFull | DiskFull))
 
     def _check(self) -> None:
         if self._decided is not None and not self._decided.done() and self.is_decided:

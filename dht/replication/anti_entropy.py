@@ -91,11 +91,12 @@ class AntiEntropy:
         await self._task.close()
 
     def status(self, url: str) -> dict[str, Any]:
-        return asdict(self.stats[url])
+        return asdict(self.stats.get(url) or ExchangeStats())  # a peer off this ring: none
 
     def exchanged_since(self, url: str) -> int | None:
         """When the last completed exchange with `url` began (wall ms), if one did."""
-        return self.stats[url].last_started_ms or None
+        stats = self.stats.get(url)
+        return stats.last_started_ms or None if stats else None
 
     async def _run(self) -> None:
         started = time.monotonic()

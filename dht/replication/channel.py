@@ -224,7 +224,7 @@ class ReplicaChannel:
         parts = urlsplit(dial_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
-        self._hello = hello
+        self.hello = hello  # presented by the next connection
         self._max_message = max_message_bytes
         self._timeout = timeout
         self._connection: ClientConnection | None = None
@@ -289,7 +289,7 @@ class ReplicaChannel:
         finally:
             self._dialling = None
         self._connection = connection
-        connection.send(self._hello)
+        connection.send(self.hello)
         waiting, self._waiting = self._waiting, []
         for request_for, on_answer in waiting:
             connection.call(request_for, on_answer)

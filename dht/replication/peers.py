@@ -5,10 +5,11 @@ every call and a circuit breaker per peer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Generic, TypeVar
 
 import aiohttp
@@ -61,11 +62,11 @@ class Peer:
         self.observe_call: CallObserver = _unobserved
         self.timeout = config.timeout
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
-        hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
+        self._hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
         self.channel = ReplicaChannel(
             url,
             config.dial_url(url),
-            hello,
+            self._hello,
             config.max_value_bytes + MESSAGE_OVERHEAD,
             config.timeout,
         )
@@ -81,6 +82,13 @@ class Peer:
         # timer, for the first of them, serves every call to this peer.
         self._deadlines: deque[_PendingCall[Any]] = deque()
         self._sweep_timer: asyncio.TimerHandle | None = None
+
+    def set_identity(self, ring_identity: str) -> None:
+        """The ring identity the next connections to this peer present (after a step of
+        a membership change; connections already open keep theirs)."""
+        self._hello = dataclasses.replace(self._hello, ring=ring_identity)
+        self.channel.hello = self._hello
+        self._session.headers[RING_HEADER] = ring_identity
 
     async def close(self) -> None:
         await self.channel.close()
@@ -375,14 +383,29 @@ class RecordStream:
 
 
 class Peers:
-    """Every other node of the cluster, by URL."""
+    """Every other node of the membership, by URL."""
 
-    def __init__(self, config: NodeConfig, ring_identity: str) -> None:
-        self.by_url = {
-            url: Peer(url, config, ring_identity)
-            for url in config.cluster
-            if url != config.self_url
-        }
+    def __init__(self, config: NodeConfig, nodes: Iterable[str], ring_identity: str) -> None:
+        self._config = config
+        self.by_url: dict[str, Peer] = {}
+        self.ensure(nodes, ring_identity)
+
+    def ensure(self, nodes: Iterable[str], ring_identity: str) -> list[Peer]:
+        """A peer for every node of `nodes` but this one, all presenting `ring_identity`
+        from now on; returns the peers it had to add."""
+        added = []
+        for url in nodes:
+            if url != self._config.self_url and url not in self.by_url:
+                self.by_url[url] = peer = Peer(url, self._config, ring_identity)
+                added.append(peer)
+        for peer in self.by_url.values():
+            peer.set_identity(ring_identity)
+        return added
+
+    async def retire(self, keep: Collection[str]) -> None:
+        """Closes and forgets the peers not in `keep` (nodes that left the membership)."""
+        gone = [self.by_url.pop(url) for url in list(self.by_url) if url not in keep]
+        await asyncio.gather(*(peer.close() for peer in gone))
 
     async def close(self) -> None:
         await asyncio.gather(*(peer.close() for peer in self.by_url.values()))

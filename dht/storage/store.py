@@ -271,6 +271,12 @@ class Storage:
         if count:
             log.info("indexed the digests of %d records", count)
 
+    def count(self, start: bytes = b"") -> int:
+        """How many records (tombstones included) have a key from `start` on. Reads
+        every key: call it from a thread."""
+        with self._records.iterator(start=start, include_value=False, fill_cache=False) as keys:
+            return sum(1 for _ in keys)
+
     def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Record]]:
         """Every record (tombstones included) with start <= key < end, in byte order."""
         # fill_cache=False: a bulk scan must not evict the hot point-read blocks.

@@ -23,7 +23,7 @@ from dht.coordination.coordinator import (
     RangeIncomplete,
     Status,
 )
-from dht.coordination.replicas import BadReplicas, ReplicaCount, default_replicas, parse_replicas
+from dht.coordination.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import ByteBudget
 from dht.web.server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
 
@@ -77,8 +77,6 @@ class ClientApi:
         status: Callable[[], dict[str, Any]],
     ) -> None:
         self._coordinator = coordinator
-        self._cluster_size = len(config.cluster)
-        self._default_replicas = default_replicas(self._cluster_size)
         self._max_value_bytes = config.max_value_bytes
         self._max_key_bytes = config.max_key_bytes
         self._budget = budget
@@ -199,15 +197,17 @@ class ClientApi:
         await response.write_eof()
         return response
 
-    def _entity_params(self, params: Params) -> tuple[bytes, ReplicaCount]:
+    def _entity_params(self, params: Params) -> tuple[bytes, ReplicaCount | None]:
+        """The key, and the replicas asked for (None: the membership's default)."""
         key = required(params, "id")
         if len(key) > self._max_key_bytes:
             raise BadRequest(f"id is longer than {self._max_key_bytes} bytes")
         replicas = params.get("replicas")
         if replicas is None:
-            return key, self._default_replicas
+            return key, None
         try:
-            return key, parse_replicas(replicas.decode("ascii", "replace"), self._cluster_size)
+            text = replicas.decode("ascii", "replace")
+            return key, parse_replicas(text, self._coordinator.cluster_size)
         except BadReplicas as exc:
             raise BadRequest(str(exc)) from exc
 

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from dht.coordination.clock import HybridClock, VersionAhead
+from dht.coordination.membership import Membership
 from dht.replication.channel import ReplicaRefusal
 from dht.replication.protocol import PROTOCOL_VERSION, Hello, Why
 from dht.replication.wire import (
@@ -43,12 +44,12 @@ _STREAM_BUFFER = 64 * 1024
 
 class InternalApi:
     def __init__(
-        self, storage: Storage, clock: HybridClock, secret: str | None, ring_identity: str
+        self, storage: Storage, clock: HybridClock, secret: str | None, membership: Membership
     ) -> None:
         self._storage = storage
         self._clock = clock
         self._secret = secret
-        self._ring = ring_identity
+        self._membership = membership
         self._refusals = RateLimitedLog(log)
         # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
         self.exchange_answerer: ExchangeAnswerer | None = None
@@ -63,10 +64,11 @@ class InternalApi:
             )
         if not self._secret_matches(hello.secret):
             return "wrong or missing cluster secret"
-        if hello.ring != self._ring:
+        if not self._membership.shares_ring(hello.ring):
             return (
-                f"ring identity {hello.ring} differs from this node's {self._ring}: the "
-                "nodes were started with different --cluster lists or --vnodes"
+                f"ring identity {hello.ring} shares no ring with this node's "
+                f"{self._membership.identity}: the nodes were started with different "
+                "--cluster lists or --vnodes, or are two steps of a membership change apart"
             )
         return None
 
@@ -98,8 +100,10 @@ class InternalApi:
     async def exchange(self, request: web.BaseRequest, params: Params) -> web.Response:
         """A peer's anti-entropy request: hashes of the tree it shares with this node,
         or digests of some of its leaves."""
-        if (refusal := self._refuse_http(request)) is not None:
+        if (refusal := self.guard(request)) is not None:
             return refusal
+        if request.headers.get(RING_HEADER, self._membership.identity) != self._membership.identity:
+            return text(409, "Conflict: anti-entropy runs only between nodes on the same ring")
         if self.exchange_answerer is None:
             return text(503, "Unavailable: anti-entropy is not running on this node")
         try:
@@ -109,14 +113,18 @@ class InternalApi:
             return text(400, f"Bad Request: {exc!r}")
         return web.Response(text=json.dumps(answer), content_type="application/json")
 
-    def _refuse_http(self, request: web.BaseRequest) -> web.Response | None:
+    def guard(self, request: web.BaseRequest) -> web.Response | None:
         """An internal HTTP request must carry the cluster secret (when one is set), and
-        the sender's ring identity must be this node's (when it sends one)."""
+        the sender must share a ring with this node (when it says its rings)."""
         if not self._secret_matches(request.headers.get(SECRET_HEADER, "")):
             return text(403, "Forbidden: internal request without the cluster secret")
         ring = request.headers.get(RING_HEADER)
-        if ring is not None and ring != self._ring:
-            return text(409, f"Conflict: ring identity {ring!a} is not this node's {self._ring}")
+        if ring is not None and not self._membership.shares_ring(ring):
+            return text(
+                409,
+                f"Conflict: ring identity {ring!a} shares no ring with this node's "
+                f"{self._membership.identity}",
+            )
         return None
 
     def _secret_matches(self, offered: str) -> bool:
@@ -130,7 +138,7 @@ class InternalApi:
 
     async def records(self, request: web.BaseRequest, params: Params) -> web.StreamResponse:
         """This node's local range, tombstones and versions included, in framed batches."""
-        if (refusal := self._refuse_http(request)) is not None:
+        if (refusal := self.guard(request)) is not None:
             return refusal
         start = required(params, "start")
         end = params.get("end") or None

@@ -1,0 +1,202 @@
+"""Which replicas a request needs while the cluster changes shape, and the phases of a
+change (pure).
+
+A change moves the cluster through these phases, and no two nodes are ever more than one
+phase apart (the driver, `dht.testbed.membership`, moves every node into a phase before
+any node goes on to the next one):
+
+    stable(old)  ->  joint(old, new)  ->  handoff(old, new)  ->  stable(new)
+
+In the joint and handoff phases a key has two replica sets, one per ring. A write is
+acknowledged only when `A` replicas of *each* set took it, and a read needs `A` answers
+from each set (the newest wins), the rule Raft's joint consensus uses for its
+configurations. Then, for a write with `A_w` and a read with `A_r` where `A_w + A_r > F`
+(the quorum contract, rule 3.5), any write and read made in neighbouring phases meet on at
+least one replica: each phase's quorums include a quorum of a ring the neighbouring phase
+also has a quorum of. A write acknowledged in stable(old) and a read in stable(new) are
+two phases apart: the handoff, which starts only once every node is joint (so no
+stable(old) write can still come), copies every old record to its new owners before any
+node leaves the handoff phase. `tests/unit/test_topology.py` checks the overlap
+exhaustively on small clusters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from dht.config import normalize_url
+from dht.coordination.replicas import ReplicaCount, default_replicas
+from dht.coordination.ring import Ring
+
+STABLE, JOINT, HANDOFF = "stable", "joint", "handoff"
+PHASES = (STABLE, JOINT, HANDOFF)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The rings a node places keys by: one when stable, two (current, then next) while
+    a change is under way."""
+
+    current: Ring
+    next: Ring | None = None
+
+    @property
+    def rings(self) -> tuple[Ring, ...]:
+        return (self.current,) if self.next is None else (self.current, self.next)
+
+    @property
+    def size(self) -> int:
+        """The most replicas a request may ask for: the current ring's node count."""
+        return len(self.current)
+
+    def default_replicas(self) -> ReplicaCount:
+        """The default quorum of the smaller ring, so it is a quorum in both."""
+        return default_replicas(min(len(ring) for ring in self.rings))
+
+    def quorums(self, key: bytes, replicas: ReplicaCount) -> list[tuple[list[str], int]]:
+        """(replica set, acks needed in it) for each ring. A ring smaller than `F` gives
+        all its nodes and needs at most all of them."""
+        plan = []
+        for ring in self.rings:
+            nodes = ring.replicas_for(key, replicas.from_)
+            plan.append((nodes, min(replicas.ack, len(nodes))))
+        return plan
+
+    def replica_sets(self, key: bytes, copies: int) -> list[list[str]]:
+        """The key's replica set in each ring, in ring order."""
+        return [ring.replicas_for(key, copies) for ring in self.rings]
+
+    def targets(self, key: bytes, copies: int) -> list[str]:
+        """Every node a request for `key` goes to: the union of the replica sets, the
+        current ring's first."""
+        return union(self.replica_sets(key, copies))
+
+    def quorum_met(self, key: bytes, copies: int, ack: int, answered: Collection[str]) -> bool:
+        """Whether the nodes in `answered` make a quorum of `ack` in every replica set."""
+        return all(
+            sum(node in answered for node in nodes) >= needed
+            for nodes, needed in self.quorums(key, ReplicaCount(ack, copies))
+        )
+
+
+def union(sets: list[list[str]]) -> list[str]:
+    """The nodes of every set, each once, in the order first met."""
+    nodes: list[str] = []
+    for members in sets:
+        nodes += [node for node in members if node not in nodes]
+    return nodes
+
+
+def phases(old: Ring, new: Ring) -> list[Topology]:
+    """The placements of a change from `old` to `new`, in order (joint and handoff
+    place keys alike)."""
+    return [Topology(old), Topology(old, new), Topology(new)]
+
+
+class BadTransition(ValueError):
+    """A topology state that cannot follow this node's current one."""
+
+
+@dataclass(frozen=True)
+class TopologyState:
+    """What a node persists of its membership: the phase, the node lists, and a counter
+    that grows by one at every step (a handoff's progress is kept under it)."""
+
+    epoch: int
+    phase: str
+    current: tuple[str, ...]
+    next: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
+        if not self.current:
+            raise ValueError("current must list at least one node")
+        if (self.next is None) != (self.phase == STABLE):
+            raise ValueError("next is given exactly when the phase is joint or handoff")
+        if self.next is not None and not self.next:
+            raise ValueError("next must list at least one node")
+        if self.epoch < 0:
+            raise ValueError("epoch must not be negative")
+
+    def placement(self, vnodes: int) -> Topology:
+        return Topology(
+            Ring(self.current, vnodes), None if self.next is None else Ring(self.next, vnodes)
+        )
+
+    @property
+    def members(self) -> frozenset[str]:
+        """Every node in either list."""
+        return frozenset(self.current) | frozenset(self.next or ())
+
+    def same_step(self, other: TopologyState) -> bool:
+        return (self.phase, set(self.current), set(self.next or ())) == (
+            other.phase,
+            set(other.current),
+            set(other.next or ()),
+        )
+
+    def check_successor(self, proposed: TopologyState) -> None:
+        """Raises BadTransition unless `proposed` is this state again or the step after it:
+        stable(A) -> joint(A, B) -> handoff(A, B) -> stable(B)."""
+        if self.same_step(proposed):
+            return
+        allowed = {
+            STABLE: JOINT,
+            JOINT: HANDOFF,
+            HANDOFF: STABLE,
+        }[self.phase]
+        if proposed.phase != allowed:
+            raise BadTransition(
+                f"a {self.phase} node can only go to {allowed}, not {proposed.phase}"
+            )
+        if self.phase == STABLE:
+            if set(proposed.current) != set(self.current):
+                raise BadTransition("a joint state's current nodes must be this node's nodes")
+            if proposed.next is not None and set(proposed.next) == set(self.current):
+                raise BadTransition("the new node list is the current one: nothing changes")
+        elif self.phase == JOINT:
+            if (set(proposed.current), set(proposed.next or ())) != (
+                set(self.current),
+                set(self.next or ()),
+            ):
+                raise BadTransition("the handoff must be of the same change as the joint phase")
+        elif set(proposed.current) != set(self.next or ()):
+            raise BadTransition("the new stable nodes must be the ones the handoff went to")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "phase": self.phase,
+            "current": sorted(self.current),
+            "next": None if self.next is None else sorted(self.next),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> TopologyState:
+        """Raises ValueError for anything that is not a well-formed state."""
+        if not isinstance(data, dict):
+            raise ValueError("a topology state is a JSON object")
+        unknown = set(data) - {"epoch", "phase", "current", "next"}
+        if unknown:
+            raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
+        epoch = data.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            raise ValueError("epoch must be an integer")
+        return cls(
+            epoch,
+            str(data.get("phase")),
+            _node_list(data.get("current"), "current"),
+            None if data.get("next") is None else _node_list(data["next"], "next"),
+        )
+
+
+def _node_list(value: Any, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(url, str) for url in value):
+        raise ValueError(f"{name} must be a list of node URLs")
+    nodes = tuple(normalize_url(url) for url in value)
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"{name} lists a node twice")
+    return nodes

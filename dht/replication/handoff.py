@@ -1,0 +1,260 @@
+"""Handoff: after a membership change, this node streams the records whose replica set
+it has left, or that a new owner lacks, to their new owners.
+
+A pass reads the local records in key order, a batch at a time, and sends each to the
+owners that need it under the ring it moves to:
+
+- in the handoff phase, to the next ring: a record this node keeps goes to its owners
+  that were not owners before (the others already hold it); a record this node leaves
+  goes to every owner in the next ring;
+- in a stable phase, to the current ring: a record this node does not own (written to it
+  during the change, or handed to it late) goes to every owner.
+
+A record this node leaves is deleted only once every one of its new owners acknowledged
+it, and only if no write replaced it meanwhile. One batch is on the wire at a time (the
+back-pressure: a slow receiver slows the stream), batches are paced to `rate` records a
+second, and a batch that a receiver did not take is sent again after a pause. After every
+batch the last key is saved (`handoff.json`), so a node killed mid-stream resumes after
+it, under the same membership step, instead of from the first key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dht.coordination.membership import Membership, save_json
+from dht.coordination.ring import Ring
+from dht.coordination.topology import HANDOFF, JOINT, TopologyState
+from dht.replication.anti_entropy import Pace
+from dht.replication.background import OwnedTask
+from dht.replication.peers import PeerError, Peers
+from dht.storage.disk import DiskFull
+from dht.storage.record import Record
+from dht.storage.store import Storage
+
+log = logging.getLogger(__name__)
+
+PROGRESS_FILE = "handoff.json"
+BATCH_RECORDS = 128
+BATCH_BYTES = 1024 * 1024
+RETRY_PAUSE = 0.5
+MAX_RETRY_PAUSE = 5.0
+
+
+@dataclass
+class TargetProgress:
+    records_sent: int = 0
+    bytes_sent: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class Progress:
+    """One membership step's handoff, as saved after every batch."""
+
+    epoch: int = -1
+    cursor: str | None = None  # hex of the last key handed off (None: none yet)
+    done: bool = False
+    scanned: int = 0
+    deleted: int = 0
+    targets: dict[str, TargetProgress] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Progress:
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return cls()
+        targets = {url: TargetProgress(**entry) for url, entry in data.pop("targets").items()}
+        return cls(**data, targets=targets)
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    key: bytes
+    record: Record
+    receivers: list[str]
+    leaving: bool  # this node no longer owns it: delete once every receiver has it
+
+
+class Handoff:
+    def __init__(
+        self,
+        self_url: str,
+        data_dir: Path,
+        storage: Storage,
+        membership: Membership,
+        peers: Peers,
+        rate: float,
+    ) -> None:
+        self._self_url = self_url
+        self._path = data_dir / PROGRESS_FILE
+        self._storage = storage
+        self._membership = membership
+        self._peers = peers
+        self.rate = rate
+        self.progress = Progress.load(self._path)
+        self.total = 0  # local records when the pass began
+        self.streaming = False
+        self._wake = asyncio.Event()
+        self._task = OwnedTask("handoff", self._run)
+
+    def start(self) -> None:
+        self._task.start()
+        self.wake()
+
+    async def close(self) -> None:
+        await self._task.close()
+
+    def wake(self) -> None:
+        """A step was taken, or a record this node may not own arrived: look again."""
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        progress = self.progress
+        return {
+            "epoch": progress.epoch,
+            "state": "streaming" if self.streaming else "done" if progress.done else "waiting",
+            "done": progress.done and progress.epoch == self._membership.state.epoch,
+            "scanned": progress.scanned,
+            "remaining": max(0, self.total - progress.scanned) if self.streaming else 0,
+            "deleted": progress.deleted,
+            "rate": self.rate,
+            "targets": {url: asdict(entry) for url, entry in progress.targets.items()},
+        }
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            state = self._membership.state
+            if state.phase == JOINT:
+                continue  # not before every node is joint: see dht.coordination.topology
+            if self.progress.epoch != state.epoch:
+                self.progress = Progress(epoch=state.epoch)
+            elif self.progress.done:
+                self.progress.done = False  # woken again: another pass, from the start
+                self.progress.cursor = None
+            await self._pass(state)
+
+    async def _pass(self, state: TopologyState) -> None:
+        topology = self._membership.topology  # the placement of `state`
+        target = topology.next or topology.current
+        before = topology.current if state.phase == HANDOFF else None
+        progress = self.progress
+        start = b"" if progress.cursor is None else bytes.fromhex(progress.cursor) + b"\0"
+        self.total = progress.scanned + await asyncio.to_thread(self._storage.count, start)
+        self.streaming = True
+        began, sent_before = time.monotonic(), self._records_sent()
+        pace = Pace(self.rate)
+        log.info(
+            "handoff (epoch %d, %s): %d records to look at%s",
+            state.epoch,
+            state.phase,
+            self.total - progress.scanned,
+            "" if progress.cursor is None else ", resuming after the saved key",
+        )
+        try:
+            while (batch := self._read_batch(start)) is not None:
+                scanned, last_key = batch
+                moves = [self._move(key, record, target, before) for key, record in scanned]
+                await self._send([move for move in moves if move is not None], pace)
+                progress.scanned += len(scanned)
+                progress.cursor = last_key.hex()
+                save_json(self._path, asdict(progress))
+                start = last_key + b"\0"
+                if self._membership.state.epoch != state.epoch:
+                    return  # a newer step: its own pass takes over
+            progress.done = True
+            save_json(self._path, asdict(progress))
+        finally:
+            self.streaming = False
+        seconds = time.monotonic() - began
+        sent = self._records_sent() - sent_before
+        log.info(
+            "handoff (epoch %d) done: %d records scanned, %d sent, %d deleted in %.1f s "
+            "(%.0f records/s)",
+            state.epoch,
+            progress.scanned,
+            sent,
+            progress.deleted,
+            seconds,
+            sent / seconds if seconds else 0.0,
+        )
+
+    def _records_sent(self) -> int:
+        return sum(entry.records_sent for entry in self.progress.targets.values())
+
+    def _read_batch(self, start: bytes) -> tuple[list[tuple[bytes, Record]], bytes] | None:
+        batch: list[tuple[bytes, Record]] = []
+        size = 0
+        for key, record in self._storage.scan(start, None):
+            batch.append((key, record))
+            size += len(key) + len(record.value)
+            if len(batch) >= BATCH_RECORDS or size >= BATCH_BYTES:
+                break
+        if not batch:
+            return None
+        return batch, batch[-1][0]
+
+    def _move(self, key: bytes, record: Record, target: Ring, before: Ring | None) -> _Move | None:
+        owners = target.replicas_for(key, record.copies or len(target))
+        if self._self_url not in owners:
+            receivers = owners
+        elif before is None:
+            return None
+        else:
+            held = before.replicas_for(key, record.copies or len(before))
+            receivers = [url for url in owners if url not in held]
+        receivers = [url for url in receivers if url != self._self_url]
+        leaving = self._self_url not in owners
+        if not receivers and not leaving:
+            return None
+        return _Move(key, record, receivers, leaving)
+
+    async def _send(self, moves: list[_Move], pace: Pace) -> None:
+        """Every move of one batch, again and again until each receiver took it."""
+        pause = RETRY_PAUSE
+        while moves:
+            for _ in moves:
+                await pace.step()
+            calls = [
+                (move, url, self._peers[url].put(move.key, move.record))
+                for move in moves
+                for url in move.receivers
+            ]
+            results = await asyncio.gather(*(call for _, _, call in calls), return_exceptions=True)
+            failed: set[int] = set()
+            for (move, url, _), result in zip(calls, results, strict=True):
+                entry = self.progress.targets.setdefault(url, TargetProgress())
+                if isinstance(result, BaseException):
+                    if not isinstance(result, PeerError):
+                        raise result
+                    entry.failures += 1
+                    entry.last_error = str(result)
+                    failed.add(id(move))
+                    continue
+                entry.records_sent += 1
+                entry.bytes_sent += len(move.key) + len(move.record.value)
+            for move in moves:
+                if move.leaving and id(move) not in failed:
+                    self._delete_if_unchanged(move)
+            moves = [move for move in moves if id(move) in failed]
+            if moves:
+                log.info("handoff: %d records not taken yet; again in %.1f s", len(moves), pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_RETRY_PAUSE)
+
+    def _delete_if_unchanged(self, move: _Move) -> None:
+        try:
+            if self._storage.collect(move.key, move.record):
+                self.progress.deleted += 1
+        except DiskFull as exc:  # a delete needs a little space too: the record stays
+            log.warning("handoff: could not delete a record handed off: %s", exc)

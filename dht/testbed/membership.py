@@ -1,0 +1,188 @@
+"""The driver of a membership change: moves every node through the steps
+
+    stable(old) -> joint(old, new) -> handoff(old, new) -> stable(new)
+
+one step at a time, going on only when *every* node of old and new has taken the step
+(`PUT /v0/admin/topology`, dht/web/membership_api.py), so no two nodes are ever more than
+one step apart, and after the two handoff steps only when every node reports its handoff
+done. A node that does not answer holds the change where it is (the change waits for it,
+up to `step_deadline`); run the same change again and it resumes from the step the nodes
+reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from dht.coordination.topology import HANDOFF, JOINT, STABLE, TopologyState
+from dht.replication.wire import SECRET_HEADER
+from dht.web.membership_api import TOPOLOGY_PATH
+
+POLL = 0.2
+
+
+class ChangeFailed(Exception):
+    """The change cannot go on; the message says where it stands and why."""
+
+
+@dataclass
+class ChangeReport:
+    old: list[str]
+    new: list[str]
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    # Per node: records its handoffs sent (to every receiver) and deleted, both passes.
+    sent: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.step_seconds.values())
+
+
+async def change_membership(
+    via: list[str],
+    new: list[str],
+    *,
+    secret: str | None = None,
+    step_deadline: float = 120.0,
+    say: Callable[[str], None] = lambda line: None,
+) -> ChangeReport:
+    """Changes the membership of the cluster `via` belongs to (any of its nodes) to `new`.
+    New nodes must be running already (started with `--join`)."""
+    headers = {SECRET_HEADER: secret} if secret else {}
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+        state = await _current_state(session, via)
+        if state.phase == STABLE:
+            old = list(state.current)
+        else:
+            old = list(state.current)
+            if set(state.next or ()) != set(new):
+                raise ChangeFailed(
+                    f"a change to {', '.join(sorted(state.next or ()))} is under way "
+                    f"({state.phase}, epoch {state.epoch}); finish it first"
+                )
+        if set(old) == set(new):
+            raise ChangeFailed("the new node list is the current one: nothing to change")
+        nodes = sorted(set(old) | set(new))
+        base = state.epoch - {STABLE: 0, JOINT: 1, HANDOFF: 2}[state.phase]
+        steps = [
+            TopologyState(base + 1, JOINT, tuple(old), tuple(new)),
+            TopologyState(base + 2, HANDOFF, tuple(old), tuple(new)),
+            TopologyState(base + 3, STABLE, tuple(new)),
+        ]
+        if state.phase != STABLE:
+            steps = steps[{JOINT: 0, HANDOFF: 1}[state.phase] :]
+        report = ChangeReport(old, new)
+        for step in steps:
+            began = time.monotonic()
+            say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
+            await _take_everywhere(session, nodes, step, step_deadline)
+            if step.phase != JOINT:
+                say("  handing off" if step.phase == HANDOFF else "  cleaning up")
+                handoffs = await _wait_for_handoffs(session, nodes, step, step_deadline, say)
+                for url, handoff in handoffs.items():
+                    sent = sum(target["records_sent"] for target in handoff["targets"].values())
+                    report.sent[url] = report.sent.get(url, 0) + sent
+                    report.deleted[url] = report.deleted.get(url, 0) + handoff["deleted"]
+            report.step_seconds[step.phase] = time.monotonic() - began
+        return report
+
+
+async def _current_state(session: aiohttp.ClientSession, via: list[str]) -> TopologyState:
+    errors = []
+    for url in via:
+        try:
+            return TopologyState.from_json(await _get_json(session, url + TOPOLOGY_PATH))
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            errors.append(f"{url}: {exc or type(exc).__name__}")
+    raise ChangeFailed("no node answered: " + "; ".join(errors))
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url) as response:
+        if response.status != 200:
+            raise ValueError(f"{response.status} {await response.text()}".strip())
+        return await response.json()
+
+
+async def _take_everywhere(
+    session: aiohttp.ClientSession, nodes: list[str], step: TopologyState, deadline: float
+) -> None:
+    body = step.to_json()
+    waiting = {url: "not asked yet" for url in nodes}
+    until = time.monotonic() + deadline
+    while waiting:
+        for url in list(waiting):
+            try:
+                async with session.put(url + TOPOLOGY_PATH, json=body) as response:
+                    if response.status == 200:
+                        del waiting[url]
+                        continue
+                    reason = (await response.text()).strip()
+                    if response.status == 409:
+                        raise ChangeFailed(f"{url} refused the step: {reason}")
+                    waiting[url] = reason
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                waiting[url] = f"no answer ({exc or type(exc).__name__})"
+        if waiting:
+            if time.monotonic() > until:
+                raise ChangeFailed(
+                    f"step {step.phase} (epoch {step.epoch}) not taken within {deadline:.0f} s "
+                    "by "
+                    + "; ".join(f"{url}: {why}" for url, why in waiting.items())
+                    + ". Run the same change again to resume"
+                )
+            await asyncio.sleep(POLL)
+
+
+async def _wait_for_handoffs(
+    session: aiohttp.ClientSession,
+    nodes: list[str],
+    step: TopologyState,
+    deadline: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Until every node's handoff of `step` is done; returns each one's figures. The
+    deadline counts from the last progress any node made, so a long handoff that moves
+    is never cut short."""
+    scanned: dict[str, int] = {}
+    until = time.monotonic() + deadline
+    last_said = time.monotonic()
+    while True:
+        pending = []
+        done: dict[str, Any] = {}
+        for url in nodes:
+            try:
+                handoff = (await _get_json(session, url + "/v0/status"))["membership"]["handoff"]
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+                pending.append(f"{url}: no answer ({exc or type(exc).__name__})")
+                continue
+            if handoff["epoch"] == step.epoch and handoff["done"]:
+                done[url] = handoff
+                continue
+            if scanned.get(url) != handoff["scanned"]:
+                scanned[url] = handoff["scanned"]
+                until = time.monotonic() + deadline
+            pending.append(
+                f"{url}: {handoff['state']}, {handoff['scanned']} scanned, "
+                f"{handoff['remaining']} to go"
+            )
+        if not pending:
+            return done
+        if time.monotonic() > until:
+            raise ChangeFailed(
+                f"handoff of epoch {step.epoch} made no progress for {deadline:.0f} s: "
+                + "; ".join(pending)
+                + ". Run the same change again to resume"
+            )
+        if time.monotonic() - last_said > 5:
+            say("  " + "; ".join(pending))
+            last_said = time.monotonic()
+        await asyncio.sleep(POLL)

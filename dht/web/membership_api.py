@@ -1,0 +1,58 @@
+"""`/v0/admin/topology`: read this node's membership step, or move it to the next one.
+
+The driver of a change (`dht.testbed.membership`) PUTs every step to every node, and goes
+on only when every node has answered 200: that is how no two nodes end up more than one
+step apart. A PUT answers only once no client operation placed by the step before is
+still running on this node (503 with Retry-After if that takes longer than the deadline;
+the step is taken all the same, and the same PUT again is harmless).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from dht.coordination.membership import Membership
+from dht.coordination.topology import BadTransition, TopologyState
+from dht.web.server import Params, Route, text
+
+TOPOLOGY_PATH = "/v0/admin/topology"
+
+StepTaker = Callable[[TopologyState], Awaitable[bool]]
+Guard = Callable[[web.BaseRequest], web.Response | None]
+
+
+class MembershipApi:
+    def __init__(self, membership: Membership, take_step: StepTaker, guard: Guard) -> None:
+        """`guard` refuses a request without the cluster secret (when one is set)."""
+        self._membership = membership
+        self._take_step = take_step
+        self._guard = guard
+
+    def routes(self) -> dict[str, Route]:
+        return {TOPOLOGY_PATH: Route({"GET": self.show, "PUT": self.step}, counted=False)}
+
+    async def show(self, request: web.BaseRequest, params: Params) -> web.Response:
+        return web.json_response(self._membership.state.to_json())
+
+    async def step(self, request: web.BaseRequest, params: Params) -> web.Response:
+        if (refusal := self._guard(request)) is not None:
+            return refusal
+        try:
+            proposed = TopologyState.from_json(json.loads(await request.read()))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
+            return text(400, f"Bad Request: {exc}")
+        try:
+            drained = await self._take_step(proposed)
+        except BadTransition as exc:
+            now = self._membership.state
+            return text(409, f"Conflict: this node is {now.phase} (epoch {now.epoch}): {exc}")
+        if not drained:
+            return text(
+                503,
+                "Unavailable: operations of the previous step are still running; PUT again",
+                {"Retry-After": "1"},
+            )
+        return web.json_response(self._membership.state.to_json())

@@ -1,0 +1,66 @@
+"""The membership step request (SPEC.md rule 13.1), on real nodes: what it accepts, what
+it refuses, and that a step survives a restart. The changes themselves, under load and
+faults, are in chaos/test_membership.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fixtures import ClusterFactory
+from tests.launcher import request
+from tests.spec.rules import rule
+
+pytestmark = pytest.mark.dht
+
+SECRET = "membership-secret"
+HEADERS = {"X-Dht-Secret": SECRET}
+
+
+def topology_url(base: str) -> str:
+    return base + "/v0/admin/topology"
+
+
+def put_step(base: str, step: dict[str, object], secret: bool = True) -> tuple[int, str]:
+    response = request(
+        "PUT", topology_url(base), json.dumps(step).encode(), headers=HEADERS if secret else {}
+    )
+    return response.status, response.text
+
+
+@rule("13.1")
+def test_a_node_takes_only_the_next_step_and_keeps_it_across_a_restart(
+    start_cluster: ClusterFactory,
+) -> None:
+    cluster = start_cluster(2, ["--secret", SECRET])
+    first = cluster[0]
+    shown = request("GET", topology_url(first.url))
+    stable = {"epoch": 0, "phase": "stable", "current": sorted(cluster.urls), "next": None}
+    assert shown.status == 200 and json.loads(shown.body) == stable, shown
+    grown = sorted([*cluster.urls, "http://127.0.0.1:1"])
+    joint = {"epoch": 1, "phase": "joint", "current": sorted(cluster.urls), "next": grown}
+    handoff = joint | {"epoch": 2, "phase": "handoff"}
+
+    assert put_step(first.url, joint, secret=False)[0] == 403
+    for malformed in [b"not json", b"[]", b'{"epoch": 1}', json.dumps(joint | {"x": 1}).encode()]:
+        answer = request("PUT", topology_url(first.url), malformed, headers=HEADERS)
+        assert answer.status == 400, (malformed, answer)
+    status, reason = put_step(first.url, handoff)
+    assert status == 409 and "stable" in reason, reason
+    assert put_step(first.url, stable)[0] == 200  # the same step again: nothing changes
+
+    for _ in range(2):  # the second time, the same step again
+        status, answer = put_step(first.url, joint)
+        assert status == 200 and json.loads(answer) == joint, answer
+    described = first.status()
+    assert described["membership"]["phase"] == "joint"
+    assert described["membership"]["handoff"]["done"] is False
+    assert "," in described["ring_identity"]  # one identity per node list
+
+    first.stop()
+    first.start()
+    kept = json.loads(request("GET", topology_url(first.url)).body)
+    assert kept == joint, "the step taken before the restart was lost"
+    status, reason = put_step(first.url, stable | {"epoch": 3})
+    assert status == 409 and "joint" in reason, reason

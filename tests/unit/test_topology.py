@@ -1,0 +1,90 @@
+"""The joint-quorum rule of a membership change (dht/coordination/topology.py), checked
+exhaustively on small clusters: every write quorum and every read quorum of neighbouring
+phases share a replica, whenever the write and read acks add up to more than F."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from dht.coordination.ring import Ring
+from dht.coordination.topology import Topology, phases
+
+VNODES = 16
+KEYS = [f"key-{index}".encode() for index in range(25)]
+
+
+def urls(count: int) -> list[str]:
+    return [f"http://127.0.0.1:{8080 + index}" for index in range(count)]
+
+
+def minimal_quorums(
+    topology: Topology, key: bytes, copies: int, ack: int
+) -> Iterator[frozenset[str]]:
+    """Every set of nodes that makes a quorum of `ack` and has no smaller subset that
+    does: the sets a coordinator may have heard from when it answers."""
+    targets = topology.targets(key, copies)
+    found: list[frozenset[str]] = []
+    for size in range(len(targets) + 1):
+        for nodes in map(frozenset, itertools.combinations(targets, size)):
+            if topology.quorum_met(key, copies, ack, nodes) and not any(
+                smaller <= nodes for smaller in found
+            ):
+                found.append(nodes)
+                yield nodes
+
+
+def changes() -> Iterator[tuple[str, Ring, Ring]]:
+    """Growing by one node and shrinking by one, from 3 and 4 nodes."""
+    for size in (3, 4):
+        yield f"{size} -> {size + 1}", Ring(urls(size), VNODES), Ring(urls(size + 1), VNODES)
+        yield f"{size} -> {size - 1}", Ring(urls(size), VNODES), Ring(urls(size - 1), VNODES)
+
+
+@pytest.mark.parametrize("change", list(changes()), ids=lambda change: change[0])
+def test_quorums_of_neighbouring_phases_always_share_a_replica(
+    change: tuple[str, Ring, Ring],
+) -> None:
+    _, old, new = change
+    steps = phases(old, new)
+    for copies in (1, 2, 3):
+        for write_ack, read_ack in itertools.product(range(1, copies + 1), repeat=2):
+            if write_ack + read_ack <= copies:
+                continue  # no overlap is promised then, even without a change
+            for key in KEYS:
+                for written, read in ((0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 1), (2, 2)):
+                    writes = list(minimal_quorums(steps[written], key, copies, write_ack))
+                    reads = list(minimal_quorums(steps[read], key, copies, read_ack))
+                    for write, answer in itertools.product(writes, reads):
+                        assert write & answer, (key, copies, write_ack, read_ack, written, read)
+
+
+def test_without_the_joint_phase_a_read_can_miss_an_acknowledged_write() -> None:
+    """Straight from stable(old) to stable(new), before the handoff: some key has a write
+    quorum in the old ring and a read quorum in the new one with no replica in common,
+    which is why the joint phase and the handoff exist."""
+    old, new = Ring(urls(3), VNODES), Ring(urls(4), VNODES)
+    missed = [
+        key
+        for key in KEYS
+        if any(
+            not write & answer
+            for write in minimal_quorums(Topology(old), key, 3, 2)
+            for answer in minimal_quorums(Topology(new), key, 3, 2)
+        )
+    ]
+    assert missed
+
+
+def test_joint_targets_are_the_union_of_both_replica_sets_current_first() -> None:
+    old, new = Ring(urls(3), VNODES), Ring(urls(4), VNODES)
+    joint = Topology(old, new)
+    for key in KEYS:
+        first, second = old.replicas_for(key, 2), new.replicas_for(key, 2)
+        targets = joint.targets(key, 2)
+        assert targets[: len(first)] == first
+        assert set(targets) == set(first) | set(second)
+        assert joint.quorum_met(key, 2, 2, targets)
+        assert not joint.quorum_met(key, 2, 2, first) or set(second) <= set(first)
