@@ -10,7 +10,8 @@ Every case: 0 acknowledged writes lost, 0 stale reads, and after the change ever
 sits on exactly its owners, checked on each node's own records (the internal range
 stream, read from its LevelDB), and a removed node holds nothing. Records are preloaded
 so the handoff has something to stream; DHT_MEMBERSHIP_RECORDS sets how many (default
-3000) and `--handoff-rate` is low enough that the faults land mid-stream. Run with -s to
+3000) and DHT_HANDOFF_RATE the nodes' `--handoff-rate` (default 1500, low enough that
+the faults land mid-stream). Run with -s to
 see the figures.
 """
 
@@ -38,7 +39,7 @@ from tests.launcher import Cluster, Node, cluster_secret, expect, request, wait_
 from tests.spec.rules import rule
 
 RECORDS = int(os.environ.get("DHT_MEMBERSHIP_RECORDS", "3000"))
-HANDOFF_RATE = 1500
+HANDOFF_RATE = int(os.environ.get("DHT_HANDOFF_RATE", "1500"))
 KEYS = key_space(16)
 SEED = 14
 CLIENT_TIMEOUT = 5.0

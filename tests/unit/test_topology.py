@@ -9,8 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from dht.coordination.replicas import ReplicaCount
 from dht.coordination.ring import Ring
-from dht.coordination.topology import Topology, phases
+from dht.coordination.topology import (
+    HANDOFF,
+    JOINT,
+    STABLE,
+    BadTransition,
+    Topology,
+    TopologyState,
+    phases,
+)
 
 VNODES = 16
 KEYS = [f"key-{index}".encode() for index in range(25)]
@@ -88,3 +97,83 @@ def test_joint_targets_are_the_union_of_both_replica_sets_current_first() -> Non
         assert set(targets) == set(first) | set(second)
         assert joint.quorum_met(key, 2, 2, targets)
         assert not joint.quorum_met(key, 2, 2, first) or set(second) <= set(first)
+
+
+# -- the steps of a change (TopologyState) ------------------------------------------------
+
+A, B = tuple(urls(3)), tuple(urls(4))
+
+
+def state(
+    epoch: int, phase: str, current: tuple[str, ...], next_: tuple[str, ...] | None = None
+) -> TopologyState:
+    return TopologyState(epoch, phase, current, next_)
+
+
+def test_each_step_accepts_only_itself_and_the_next_one() -> None:
+    steps = [
+        state(0, STABLE, A),
+        state(1, JOINT, A, B),
+        state(2, HANDOFF, A, B),
+        state(3, STABLE, B),
+    ]
+    for index, here in enumerate(steps):
+        here.check_successor(here)
+        for later, proposed in enumerate(steps):
+            if later == index + 1:
+                here.check_successor(proposed)
+            elif later != index:
+                with pytest.raises(BadTransition):
+                    here.check_successor(proposed)
+
+
+def test_a_step_of_another_change_is_refused() -> None:
+    other = tuple(urls(5))
+    with pytest.raises(BadTransition):
+        state(0, STABLE, A).check_successor(state(1, JOINT, B, other))
+    with pytest.raises(BadTransition):
+        state(1, JOINT, A, B).check_successor(state(2, HANDOFF, A, other))
+    with pytest.raises(BadTransition):
+        state(2, HANDOFF, A, B).check_successor(state(3, STABLE, other))
+    with pytest.raises(BadTransition):
+        state(0, STABLE, A).check_successor(state(1, JOINT, A, A))
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        [],
+        {"epoch": "1", "phase": "stable", "current": list(A)},
+        {"epoch": True, "phase": "stable", "current": list(A)},
+        {"epoch": 1, "phase": "moving", "current": list(A)},
+        {"epoch": 1, "phase": "stable", "current": []},
+        {"epoch": 1, "phase": "stable", "current": list(A), "next": list(B)},
+        {"epoch": 1, "phase": "joint", "current": list(A)},
+        {"epoch": 1, "phase": "stable", "current": [A[0], A[0]]},
+        {"epoch": 1, "phase": "stable", "current": ["ftp://x:1"]},
+        {"epoch": -1, "phase": "stable", "current": list(A)},
+        {"epoch": 1, "phase": "stable", "current": list(A), "extra": 1},
+    ],
+)
+def test_a_malformed_state_is_refused(document: object) -> None:
+    with pytest.raises(ValueError):
+        TopologyState.from_json(document)
+
+
+def test_a_state_survives_its_json() -> None:
+    for original in (state(4, JOINT, A, B), state(0, STABLE, A)):
+        assert TopologyState.from_json(original.to_json()) == state(
+            original.epoch,
+            original.phase,
+            tuple(sorted(original.current)),
+            None if original.next is None else tuple(sorted(original.next)),
+        )
+
+
+def test_the_default_quorum_during_a_change_is_the_smaller_rings() -> None:
+    joint = Topology(Ring(urls(4), VNODES), Ring(urls(3), VNODES))
+    assert joint.default_replicas() == ReplicaCount(2, 3)
+    assert joint.size == 4
+    key = KEYS[0]
+    assert [len(nodes) for nodes, _ in joint.quorums(key, ReplicaCount(3, 4))] == [4, 3]
+    assert [ack for _, ack in joint.quorums(key, ReplicaCount(3, 4))] == [3, 3]
