@@ -1,5 +1,5 @@
-"""The command line: `python -m dht node ...`, `python -m dht cluster ...` and
-`python -m dht cockpit ...`.
+"""The command line: `python -m dht node ...`, `python -m dht cluster ...`,
+`python -m dht membership ...` and `python -m dht cockpit ...`.
 
 Only parses flags and hands over; heavy imports happen after parsing so `--help` is quick
 and a node answers within a second of starting.
@@ -66,6 +66,19 @@ def node_url(text: str) -> str:
         return normalize_url(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def node_url_list(text: str) -> list[str]:
+    """`URL,URL,...`: at least one node, none twice."""
+    try:
+        urls = [normalize_url(url) for url in text.split(",") if url.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not urls:
+        raise argparse.ArgumentTypeError("must list at least one node URL")
+    if len(set(urls)) != len(urls):
+        raise argparse.ArgumentTypeError("lists a node twice")
+    return urls
 
 
 def add_node_settings(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +165,13 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=d.anti_entropy_rate,
         help="records per second an anti-entropy exchange may copy (default %(default)s)",
+    )
+    parser.add_argument(
+        "--handoff-rate",
+        type=positive_float,
+        default=d.handoff_rate,
+        help="records per second a node's handoff may send to the nodes that take over "
+        "its keys during a membership change (default %(default)s)",
     )
     parser.add_argument(
         "--tombstone-grace",
@@ -253,13 +273,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="reach peer PEER_URL by dialling DIAL_URL instead (a proxy on that link); "
         "repeatable. The chaos test bed uses it to put Toxiproxy on every link",
     )
+    node.add_argument(
+        "--join",
+        action="store_true",
+        help="start as a node joining the cluster of the other --cluster entries, in the "
+        "joint phase of a membership change, rather than as a member of all of them; "
+        "then move the cluster to the new list with `python -m dht membership` (see its "
+        "--help). A data folder's saved membership wins over it, as over --cluster "
+        "(default off)",
+    )
     add_node_settings(node)
 
     cluster = commands.add_parser(
         "cluster",
-        help="run a local cluster of N nodes",
+        help="run a local cluster of N nodes, or add a node to or remove one from it",
+        usage="%(prog)s [flags]\n       %(prog)s add [--data-dir DATA_DIR]\n"
+        "       %(prog)s remove URL [--data-dir DATA_DIR]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start N node processes on consecutive ports, wait until all answer, "
-        "print their URLs, and stop them all on Ctrl-C or SIGTERM.",
+        "print their URLs,\nand stop them all on Ctrl-C or SIGTERM.\n\n"
+        "While it runs, a second command changes its membership (not for a --chaos "
+        "cluster):\n"
+        "  add          start one more node (the next free port after the highest one "
+        "the cluster\n"
+        "               has used, data in DATA_DIR/node-N) and move the cluster to it; "
+        "the running\n"
+        "               cluster supervises it and stops it on Ctrl-C like the others\n"
+        "  remove URL   move the cluster to its nodes but URL, then stop that node "
+        "(its data folder\n"
+        "               stays)\n"
+        "Both go through the steps of `python -m dht membership` (joint, handoff, "
+        "stable), print\neach step as it is taken, and exit 0 once the cluster is "
+        "stable on the new list,\n1 with one `error:` line otherwise. They find the "
+        "running cluster through\nDATA_DIR/cluster.json, so give the --data-dir the "
+        "cluster was started with; every\nother flag is the running cluster's.",
+    )
+    cluster.add_argument(
+        "action",
+        nargs="?",
+        choices=["add", "remove"],
+        help="change the membership of the cluster running on --data-dir (default: "
+        "start a cluster)",
+    )
+    cluster.add_argument(
+        "url",
+        nargs="?",
+        type=node_url,
+        metavar="URL",
+        help="with remove: the node to remove, http://host:port as the cluster printed it",
     )
     cluster.add_argument(
         "--nodes", type=positive_int, default=3, help="number of nodes (default %(default)s)"
@@ -294,6 +355,64 @@ def build_parser() -> argparse.ArgumentParser:
         "to cut, slow and heal links), on --host; 0 turns it off (default %(default)s)",
     )
     add_node_settings(cluster)
+
+    membership = commands.add_parser(
+        "membership",
+        help="change the membership of a running cluster",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Move a running cluster from the nodes it has to the --to list, one "
+        "step at a time:\n\n"
+        "  stable(old) -> joint(old, new) -> handoff(old, new) -> stable(new)\n\n"
+        "  joint    every node writes to and reads from the replicas of both lists\n"
+        "  handoff  every node sends the keys it holds to the nodes of the new list "
+        "that now own\n"
+        "           them (at --handoff-rate records/s), and the step ends when every "
+        "node is done\n"
+        "  stable   only the new list places keys; each node deletes what it no "
+        "longer owns\n\n"
+        "A step is taken by every node of both lists (PUT /v0/admin/topology) before "
+        "the next\nbegins, so no two nodes are ever more than one step apart. Nodes "
+        "the --to list adds\nmust be running already, started with `python -m dht "
+        "node ... --join` and a --cluster\nof the current nodes plus themselves; "
+        "nodes it leaves out can be stopped once this\nexits 0. A node that does not "
+        "answer holds the change where it is, up to\n--step-deadline; run the same "
+        "command again and it resumes from the step the nodes\nreached. Prints each "
+        "step, then the seconds each took and the records each node sent\nand "
+        "deleted; exits 1 with one `error:` line if the change cannot go on. For a "
+        "local\n`python -m dht cluster`, `cluster add` and `cluster remove` do all "
+        "of this.",
+    )
+    membership.add_argument(
+        "--node",
+        dest="nodes",
+        type=node_url,
+        action="append",
+        required=True,
+        metavar="URL",
+        help="a node of the running cluster, http://host:port; repeat it to have others "
+        "to ask if this one does not answer",
+    )
+    membership.add_argument(
+        "--to",
+        dest="new",
+        type=node_url_list,
+        required=True,
+        metavar="URL,URL,...",
+        help="every node of the cluster after the change, comma-separated",
+    )
+    membership.add_argument(
+        "--secret",
+        default=os.environ.get("DHT_SECRET"),
+        help="the cluster secret, which the topology request must carry when the nodes "
+        "have one (default: $DHT_SECRET)",
+    )
+    membership.add_argument(
+        "--step-deadline",
+        type=positive_float,
+        default=120.0,
+        help="seconds a step may wait for a node that does not answer, or a handoff that "
+        "makes no progress, before the change stops where it is (default %(default)s)",
+    )
 
     cockpit = commands.add_parser(
         "cockpit",
@@ -376,6 +495,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         max_clock_drift=args.max_clock_drift,
         clock_skew=args.clock_skew,
         metrics=args.metrics,
+        join=args.join,
+        handoff_rate=args.handoff_rate,
         routes=tuple(parse_route(route, cluster) for route in args.route),
     )
 
@@ -429,9 +550,50 @@ def main(argv: list[str] | None = None) -> int:
                 nodes=tuple(args.nodes), toxiproxy=args.toxiproxy, host=args.host, port=args.port
             )
         )
+    if args.command == "membership":
+        return run_membership(args)
+    if args.action is None and args.url is not None:  # argparse's choices stop this
+        parser.error(f"unexpected URL {args.url}")
+    if args.action == "remove" and args.url is None:
+        parser.error("cluster remove needs the URL of the node to remove")
+    if args.action == "add" and args.url is not None:
+        parser.error("cluster add takes no URL: it chooses the new node's port itself")
+    if args.action is not None:
+        from dht.testbed.cluster import run_cluster_action
+
+        return run_cluster_action(args.data_dir, args.action, args.url)
     from dht.testbed.cluster import run_cluster
 
     return run_cluster(args)
+
+
+def run_membership(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import aiohttp
+
+    from dht.testbed.cluster import summary_lines
+    from dht.testbed.membership import ChangeFailed, change_membership
+
+    try:
+        report = asyncio.run(
+            change_membership(
+                args.nodes,
+                args.new,
+                secret=args.secret or None,
+                step_deadline=args.step_deadline,
+                say=lambda line: print(line, flush=True),
+            )
+        )
+    except ChangeFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (aiohttp.ClientError, OSError, ValueError, KeyError) as exc:  # timeouts too
+        print(f"error: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    for line in summary_lines(report):
+        print(line)
+    return 0
 
 
 if __name__ == "__main__":

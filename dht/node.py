@@ -26,6 +26,7 @@ from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.merkle import MerkleTrees
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
+from dht.storage.record import Record
 from dht.storage.store import Storage
 from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
@@ -79,6 +80,7 @@ class Node:
             self.peers,
             config.handoff_rate,
         )
+        self.internal.on_stored = self._hand_off_if_not_owned
         self.anti_entropy, self.collector = self._repair_loops()
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
@@ -93,6 +95,16 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
+
+    def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
+        """A replica write to a node that does not own the key under its stable
+        membership: a node a step behind sent it (or a hint came late) after the handoff
+        had passed. The handoff looks again, so the record ends on its owners only."""
+        if self.membership.state.epoch == 0 or self.membership.phase != STABLE:
+            return  # never changed: every write comes to an owner; mid-change: handoff runs
+        ring = self.membership.topology.current
+        if self.config.self_url not in ring.replicas_for(key, record.copies or len(ring)):
+            self.handoff.wake()
 
     def _repair_loops(self) -> tuple[AntiEntropy, Collector]:
         """Anti-entropy and tombstone collection over the current ring, with Merkle trees

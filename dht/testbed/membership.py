@@ -101,7 +101,7 @@ async def _current_state(session: aiohttp.ClientSession, via: list[str]) -> Topo
         try:
             return TopologyState.from_json(await _get_json(session, url + TOPOLOGY_PATH))
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            errors.append(f"{url}: {exc or type(exc).__name__}")
+            errors.append(f"{url}: {str(exc) or type(exc).__name__}")
     raise ChangeFailed("no node answered: " + "; ".join(errors))
 
 
@@ -126,11 +126,11 @@ async def _take_everywhere(
                         del waiting[url]
                         continue
                     reason = (await response.text()).strip()
-                    if response.status == 409:
+                    if response.status in (403, 409):
                         raise ChangeFailed(f"{url} refused the step: {reason}")
                     waiting[url] = reason
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                waiting[url] = f"no answer ({exc or type(exc).__name__})"
+                waiting[url] = f"no answer ({str(exc) or type(exc).__name__})"
         if waiting:
             if time.monotonic() > until:
                 raise ChangeFailed(
@@ -162,7 +162,7 @@ async def _wait_for_handoffs(
             try:
                 handoff = (await _get_json(session, url + "/v0/status"))["membership"]["handoff"]
             except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-                pending.append(f"{url}: no answer ({exc or type(exc).__name__})")
+                pending.append(f"{url}: no answer ({str(exc) or type(exc).__name__})")
                 continue
             if handoff["epoch"] == step.epoch and handoff["done"]:
                 done[url] = handoff

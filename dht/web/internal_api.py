@@ -53,6 +53,9 @@ class InternalApi:
         self._refusals = RateLimitedLog(log)
         # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
         self.exchange_answerer: ExchangeAnswerer | None = None
+        # Told of every replica write once stored (the handoff looks for records this
+        # node does not own), set by the node.
+        self.on_stored: Callable[[bytes, Record], None] | None = None
 
     # -- the replica channel (dht.replication.channel.ServerConnection calls these) ---------
 
@@ -86,7 +89,11 @@ class InternalApi:
         except DiskFull as exc:
             raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
         if isinstance(stored, bool):
+            if self.on_stored is not None:
+                self.on_stored(key, record)
             return stored
+        if self.on_stored is not None:
+            stored.add_done_callback(lambda _: self.on_stored and self.on_stored(key, record))
         return asyncio.ensure_future(_refusing_for_space(stored))
 
     # -- HTTP ----------------------------------------------------------------------------
