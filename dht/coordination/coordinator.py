@@ -298,13 +298,14 @@ class Coordinator:
         if not future.cancelled() and future.exception() is not None:
             self._hints.add(url, key, record)  # hinted handoff delivers it later
 
+    def holders(self, key: bytes, record: Record) -> list[str]:
+        """The nodes that are to hold `record` of `key`: its replica sets for the `F` it
+        was written with."""
+        return self._membership.topology.targets(key, record.copies or self.cluster_size)
+
     def repair(self, url: str, key: bytes, record: Record) -> None:
         """Sends `record` to a replica that answered with an older one (put-if-newer, so
-        it never undoes a newer write). Only to a node that is to hold it: a read that
-        asked more replicas than the record's `F` does not spread it further."""
-        holders = self._membership.topology.targets(key, record.copies or self.cluster_size)
-        if url not in holders:
-            return
+        it never undoes a newer write)."""
         if url == self._self_url:
             try:
                 stored = self._storage.write(key, record)
@@ -559,7 +560,18 @@ class _ReadRepair:
         winner = self.winner
         if winner is None:
             return
+        holders: list[str] | None = None
         for url in urls:
-            if winner.supersedes(self._heard[url]):
-                self._coordinator.repair(url, self._key, winner)
-                self._heard[url] = winner
+            heard = self._heard[url]
+            if not winner.supersedes(heard):
+                continue
+            if heard is None:
+                # A node with no record of the key gets one only if it is to hold it: a
+                # read that asked more replicas than the record's `F` (or a node a
+                # handoff emptied) must not spread it. An older record is replaced
+                # wherever it is.
+                holders = holders or self._coordinator.holders(self._key, winner)
+                if url not in holders:
+                    continue
+            self._coordinator.repair(url, self._key, winner)
+            self._heard[url] = winner

@@ -5,6 +5,7 @@ faults, are in chaos/test_membership.py."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -64,3 +65,20 @@ def test_a_node_takes_only_the_next_step_and_keeps_it_across_a_restart(
     assert kept == joint, "the step taken before the restart was lost"
     status, reason = put_step(first.url, stable | {"epoch": 3})
     assert status == 409 and "joint" in reason, reason
+
+
+@rule("13.2")
+def test_a_read_asking_more_replicas_than_a_record_has_does_not_spread_it(
+    start_cluster: ClusterFactory,
+) -> None:
+    """A key stays on its `F` owners: a 3/3 read of a record written 1/1 finds two nodes
+    without it, and must not repair it onto them (after a membership change, the node a
+    handoff emptied is such a node)."""
+    cluster = start_cluster(3)
+    assert cluster[0].put("one-copy", b"v", "1/1").status == 201
+    holders = [node for node in cluster if "one-copy" in node.local_records()]
+    assert len(holders) == 1
+    answer = cluster[0].get("one-copy", "3/3")
+    assert (answer.status, answer.body) == (200, b"v")
+    time.sleep(0.5)  # repairs are sent after the answer
+    assert [node for node in cluster if "one-copy" in node.local_records()] == holders
