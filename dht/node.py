@@ -23,7 +23,7 @@ from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
-from dht.replication.merkle import MerkleTrees
+from dht.replication.merkle import MerkleTrees, holders
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
 from dht.storage.record import Record
@@ -102,8 +102,9 @@ class Node:
         had passed. The handoff looks again, so the record ends on its owners only."""
         if self.membership.state.epoch == 0 or self.membership.phase != STABLE:
             return  # never changed: every write comes to an owner; mid-change: handoff runs
-        ring = self.membership.topology.current
-        if self.config.self_url not in ring.replicas_for(key, record.copies or len(ring)):
+        if self.config.self_url not in holders(
+            self.membership.topology.current, key, record.copies
+        ):
             self.handoff.wake()
 
     def _repair_loops(self) -> tuple[AntiEntropy, Collector]:
@@ -129,12 +130,9 @@ class Node:
             self.clock.wall_ms,
             self.config.tombstone_grace,
         )
-        if self.membership.phase == STABLE:
+        if self.membership.phase == STABLE:  # else they stay unhooked (and unstarted)
             self.storage.on_change = trees.change  # after the snapshot the trees load
             self.internal.exchange_answerer = anti_entropy.answer
-        else:
-            self.storage.on_change = None
-            self.internal.exchange_answerer = None
         return anti_entropy, collector
 
     def _start_repair_loops(self) -> None:
@@ -162,10 +160,10 @@ class Node:
             self._observe_calls(added)
             self.ring_share = self.membership.topology.current.shares()
             await self._stop_repair_loops()
-            if proposed.phase == STABLE:
+            if proposed.phase == STABLE:  # on the new ring, from fresh trees
                 await self.peers.retire(proposed.members)
-            self.anti_entropy, self.collector = self._repair_loops()
-            self._start_repair_loops()
+                self.anti_entropy, self.collector = self._repair_loops()
+                self._start_repair_loops()
             self.handoff.wake()
         return await self.coordinator.drain(proposed.epoch, 2 * self.config.timeout + 1.0)
 

@@ -102,7 +102,9 @@ class BadTransition(ValueError):
 @dataclass(frozen=True)
 class TopologyState:
     """What a node persists of its membership: the phase, the node lists, and a counter
-    that grows by one at every step (a handoff's progress is kept under it)."""
+    that grows by one at every step (a handoff's progress is kept under it). The lists
+    are kept sorted: their order places nothing (the ring sorts them too), so two states
+    of the same step compare equal."""
 
     epoch: int
     phase: str
@@ -110,6 +112,9 @@ class TopologyState:
     next: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "current", tuple(sorted(self.current)))
+        if self.next is not None:
+            object.__setattr__(self, "next", tuple(sorted(self.next)))
         if self.phase not in PHASES:
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
         if not self.current:
@@ -132,11 +137,7 @@ class TopologyState:
         return frozenset(self.current) | frozenset(self.next or ())
 
     def same_step(self, other: TopologyState) -> bool:
-        return (self.phase, set(self.current), set(self.next or ())) == (
-            other.phase,
-            set(other.current),
-            set(other.next or ()),
-        )
+        return (self.phase, self.current, self.next) == (other.phase, other.current, other.next)
 
     def check_successor(self, proposed: TopologyState) -> None:
         """Raises BadTransition unless `proposed` is this state again or the step after it:
@@ -153,25 +154,22 @@ class TopologyState:
                 f"a {self.phase} node can only go to {allowed}, not {proposed.phase}"
             )
         if self.phase == STABLE:
-            if set(proposed.current) != set(self.current):
+            if proposed.current != self.current:
                 raise BadTransition("a joint state's current nodes must be this node's nodes")
-            if proposed.next is not None and set(proposed.next) == set(self.current):
+            if proposed.next == self.current:
                 raise BadTransition("the new node list is the current one: nothing changes")
         elif self.phase == JOINT:
-            if (set(proposed.current), set(proposed.next or ())) != (
-                set(self.current),
-                set(self.next or ()),
-            ):
+            if (proposed.current, proposed.next) != (self.current, self.next):
                 raise BadTransition("the handoff must be of the same change as the joint phase")
-        elif set(proposed.current) != set(self.next or ()):
+        elif proposed.current != self.next:
             raise BadTransition("the new stable nodes must be the ones the handoff went to")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
             "phase": self.phase,
-            "current": sorted(self.current),
-            "next": None if self.next is None else sorted(self.next),
+            "current": list(self.current),
+            "next": None if self.next is None else list(self.next),
         }
 
     @classmethod

@@ -33,6 +33,7 @@ from dht.coordination.ring import Ring
 from dht.coordination.topology import HANDOFF, JOINT, TopologyState
 from dht.replication.anti_entropy import Pace
 from dht.replication.background import OwnedTask
+from dht.replication.merkle import holders
 from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull
 from dht.storage.record import Record
@@ -205,13 +206,13 @@ class Handoff:
         return batch, batch[-1][0]
 
     def _move(self, key: bytes, record: Record, target: Ring, before: Ring | None) -> _Move | None:
-        owners = target.replicas_for(key, record.copies or len(target))
+        owners = holders(target, key, record.copies)
         if self._self_url not in owners:
             receivers = owners
         elif before is None:
             return None
         else:
-            held = before.replicas_for(key, record.copies or len(before))
+            held = holders(before, key, record.copies)
             receivers = [url for url in owners if url not in held]
         receivers = [url for url in receivers if url != self._self_url]
         leaving = self._self_url not in owners

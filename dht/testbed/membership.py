@@ -59,10 +59,8 @@ async def change_membership(
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
         state = await _current_state(session, via)
-        if state.phase == STABLE:
-            old = list(state.current)
-        else:
-            old = list(state.current)
+        old = list(state.current)
+        if state.phase != STABLE:
             if set(state.next or ()) != set(new):
                 raise ChangeFailed(
                     f"a change to {', '.join(sorted(state.next or ()))} is under way "

@@ -88,12 +88,13 @@ class InternalApi:
             stored = self._storage.write(key, record)
         except DiskFull as exc:
             raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
+        on_stored = self.on_stored
         if isinstance(stored, bool):
-            if self.on_stored is not None:
-                self.on_stored(key, record)
+            if on_stored is not None:
+                on_stored(key, record)
             return stored
-        if self.on_stored is not None:
-            stored.add_done_callback(lambda _: self.on_stored and self.on_stored(key, record))
+        if on_stored is not None:
+            stored.add_done_callback(lambda _: on_stored(key, record))
         return asyncio.ensure_future(_refusing_for_space(stored))
 
     # -- HTTP ----------------------------------------------------------------------------
