@@ -93,6 +93,13 @@ def start(nodes: Sequence[Node]) -> None:
         node.wait_ready()
 
 
+def start_first_three(cluster: Cluster) -> None:
+    """Starts the cluster's first three nodes as a cluster of three; the others join."""
+    for node in cluster.nodes[:3]:
+        node.topology = cluster.urls[:3]
+    start(cluster.nodes[:3])
+
+
 def joining(node: Node, members: Sequence[Node]) -> Node:
     """`node` set up to join the cluster of `members`."""
     node.topology = [member.url for member in members] + [node.url]
@@ -186,10 +193,8 @@ def finish(
 def test_grow_from_3_to_5_and_shrink_back_to_3_under_load(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, 5, SETTINGS)
     nodes = cluster.nodes
-    for node in nodes[:3]:
-        node.topology = cluster.urls[:3]
     try:
-        start(nodes[:3])
+        start_first_three(cluster)
         preload(nodes[1], RECORDS)
         # Clients go through the two nodes that stay members throughout.
         clients = Clients(nodes[1:3], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
@@ -220,10 +225,8 @@ def test_grow_from_3_to_5_and_shrink_back_to_3_under_load(tmp_path: Path) -> Non
 def test_a_node_killed_mid_handoff_resumes_where_it_stopped(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, 4, SETTINGS)
     nodes = cluster.nodes
-    for node in nodes[:3]:
-        node.topology = cluster.urls[:3]
     try:
-        start(nodes[:3])
+        start_first_three(cluster)
         preload(nodes[0], RECORDS)
         clients = Clients([nodes[0], nodes[2]], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
         start([joining(nodes[3], nodes[:3])])
@@ -270,10 +273,8 @@ def test_cutting_the_links_into_the_receiving_node_mid_stream_delays_the_handoff
     nodes = cluster.nodes
     for index, node in enumerate(nodes):
         node.extra_args += testbed.route_args(index)
-        if index < 3:
-            node.topology = cluster.urls[:3]
     try:
-        start(nodes[:3])
+        start_first_three(cluster)
         preload(nodes[0], RECORDS)
         clients = Clients(nodes[:3], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
         receiver = nodes[3]

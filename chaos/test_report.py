@@ -15,7 +15,6 @@ import os
 import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,9 +31,9 @@ from chaos.run_folder import (
     runs_root,
     write_run,
 )
+from tests.launcher import REPO, run_module
 from tests.spec.rules import rule
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 T0 = 7000.0  # a monotonic clock's reading: far from 0, as in a real run
 # Not ASCII, not UTF-8: any byte string must come back as it was.
@@ -67,13 +66,7 @@ def synthetic_run() -> Run:
 
 
 def run_report(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chaos.report", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("chaos.report", *args, timeout=120)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -265,4 +258,4 @@ def test_new_run_dirs_go_under_the_configured_root(
     assert first.parent == tmp_path / "runs"
     assert re.fullmatch(rf"flapping-\d{{8}}-\d{{6}}-{os.getpid()}(-\d+)?", first.name)
     monkeypatch.delenv("DHT_CHAOS_RUNS")
-    assert runs_root() == REPO_ROOT / "artifacts" / "chaos-runs"
+    assert runs_root() == REPO / "artifacts" / "chaos-runs"

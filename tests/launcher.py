@@ -83,6 +83,20 @@ def dht_tuning(*flags: str) -> list[str]:
     return list(flags) if testing_dht_itself() else []
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` from the repository's root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 

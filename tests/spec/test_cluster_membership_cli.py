@@ -22,13 +22,12 @@ from typing import Any
 
 import pytest
 
-from tests.launcher import HOST, free_port, request
+from tests.launcher import HOST, REPO, free_port, request, run_module
 from tests.spec.rules import rule
 from tests.spec.test_dht_cluster_command import consecutive_free_ports
 
 pytestmark = pytest.mark.dht
 
-REPO = Path(__file__).resolve().parents[2]
 START_DEADLINE = 30.0
 STOP_DEADLINE = 30.0
 ACTION_TIMEOUT = 120.0
@@ -82,13 +81,7 @@ def running_cluster(folder: Path, nodes: int = 3) -> Iterator[RunningCluster]:
 
 
 def run_dht(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dht", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=ACTION_TIMEOUT,
-    )
+    return run_module("dht", *args, timeout=ACTION_TIMEOUT)
 
 
 def json_of(url: str) -> Any:

@@ -14,24 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, free_port, wait_for
+from tests.launcher import HOST, Node, free_port, run_module, wait_for
 from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 
-REPO = Path(__file__).resolve().parents[2]
 EXIT_WITHIN = 10.0
 STOP_WITHIN = 5.0
 
 
 def run_dht(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dht", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=EXIT_WITHIN,
-    )
+    return run_module("dht", *args, timeout=EXIT_WITHIN)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], mentions: str) -> None:
