@@ -66,7 +66,7 @@ browser:
 	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || \
 		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
-		echo "headless Chromium not found, the cockpit's browser test will be skipped: sudo apt-get install chromium chromium-driver" >&2
+		echo "headless Chromium not found, the cockpit's browser tests will fail: sudo apt-get install chromium chromium-driver" >&2
 
 $(VEGETA):
 	mkdir -p .tools/bin

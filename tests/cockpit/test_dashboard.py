@@ -3,8 +3,8 @@ the command; dht/testbed/cockpit.py and dht/testbed/cockpit.html are the dashboa
 
 Real processes throughout: `cluster` subprocesses on free ports (with the Toxiproxy test
 bed where the test needs links), and for the page, Debian's headless Chromium driven by
-Selenium. The browser tests skip, with the command that installs it, where Chromium is
-missing; everything else runs without a browser.
+Selenium. Where Chromium is missing the browser tests fail with the command that
+installs it (`make test` installs it as root); everything else runs without a browser.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def wait_for_answer(url: str, process: subprocess.Popen[bytes]) -> Response:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip(
+        pytest.fail(
             "headless Chromium is not installed: apt-get install chromium chromium-driver "
             "(make test does it as root)"
         )
