@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from dht.config import NodeConfig
-from dht.coordination.clock import HybridClock, wall_clock_ms
+from dht.coordination.clock import HybridClock, version_ms, wall_clock_ms
 from dht.coordination.coordinator import Coordinator
 from dht.coordination.membership import Membership, joining_state
 from dht.coordination.topology import STABLE, TopologyState
@@ -52,7 +52,13 @@ class Node:
         self.config = config
         self.started_at = time.monotonic()
         self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes)
-        self.clock = HybridClock(skewed_wall_clock(config.clock_skew), config.max_clock_drift_ms)
+        self.clock = HybridClock(
+            skewed_wall_clock(config.clock_skew),
+            config.max_clock_drift_ms,
+            floor=self.storage.clock_ceiling(),
+            save_ceiling=self.storage.save_clock_ceiling,
+        )
+        self._warn_if_clock_behind()
         seed = (
             joining_state(config.cluster, config.self_url)
             if config.join
@@ -95,6 +101,16 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
+
+    def _warn_if_clock_behind(self) -> None:
+        behind_ms = version_ms(self.clock.last) - self.clock.wall_ms()
+        if behind_ms > 1000:
+            log.warning(
+                "this node's wall clock is %.1f s behind versions it issued or took before "
+                "its restart: its versions go on from there (the clock never goes back), "
+                "so they run ahead of its wall clock until it catches up",
+                behind_ms / 1000,
+            )
 
     def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
         """A replica write to a node that does not own the key under its stable
@@ -265,6 +281,7 @@ class Node:
             await self.handoff.close()
             await self._stop_repair_loops()
             await self.peers.close()
+            self.storage.save_clock_ceiling(self.clock.last)  # a clean stop: no lead
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)
             log.info("stopped")

@@ -9,6 +9,14 @@ A version received from another node moves the clock forward only if it is at mo
 `max_drift_ms` ahead of this node's wall clock; a version further ahead is refused
 (`VersionAhead`). Without that bound one forged or badly skewed version would drag
 every later write of the cluster into the future, or exhaust the 64 bits outright.
+
+The clock never goes back across a restart either (SPEC.md rule 8.7). Before it issues
+or takes a version past its saved ceiling, it saves a new ceiling a little further on
+(`save_ceiling`, one synced write at most every CEILING_LEAD_MS of clock time), and a
+clock started again begins at the ceiling it saved (`floor`). Without that, a node whose
+clock a peer had carried forward, or whose wall clock stepped back while it was down,
+would issue versions older than writes it had acknowledged, and its next acknowledged
+writes would lose to them.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from collections.abc import Callable
 COUNTER_BITS = 16
 MAX_VERSION = (1 << 64) - 1
 DEFAULT_MAX_DRIFT_MS = 60_000
+# How far past the version that crossed it a new saved ceiling reaches.
+CEILING_LEAD_MS = 1_000
 
 
 def wall_clock_ms() -> int:
@@ -50,26 +60,41 @@ class VersionAhead(ValueError):
 class HybridClock:
     """Issues strictly increasing versions; `observe` merges versions seen from peers.
 
-    Time is injected (`wall_ms`), so the clock is pure logic and testable with a fake one.
+    Time is injected (`wall_ms`), so the clock is pure logic and testable with a fake one;
+    so is its persistence: `floor` is the ceiling a previous run saved (every version it
+    issued or observed is at most that), and `save_ceiling` durably records a new one
+    before any version past the current one is used (None: a clock that forgets).
     """
 
     def __init__(
         self,
         wall_ms: Callable[[], int] = wall_clock_ms,
         max_drift_ms: int = DEFAULT_MAX_DRIFT_MS,
+        floor: int = 0,
+        save_ceiling: Callable[[int], None] | None = None,
     ) -> None:
         self._wall_ms = wall_ms
         self._max_drift_ms = max_drift_ms
-        self._last = 0
+        self._last = floor
+        self._ceiling = floor
+        self._save_ceiling = save_ceiling
         self.refused = 0
 
     def now(self) -> int:
-        """A version newer than every version this clock issued or observed."""
+        """A version newer than every version this clock issued or observed, in this run
+        or, with a saved ceiling, in any run before it."""
         candidate = max(version_at(self._wall_ms()), self._last + 1)
         if candidate > MAX_VERSION:
             raise OverflowError("hybrid clock exhausted its 64 bits")
-        self._last = candidate
+        self._move_to(candidate)
         return candidate
+
+    def _move_to(self, version: int) -> None:
+        if self._save_ceiling is not None and version > self._ceiling:
+            ceiling = min(version + version_at(CEILING_LEAD_MS), MAX_VERSION)
+            self._save_ceiling(ceiling)  # first: a crash after it forgets nothing
+            self._ceiling = ceiling
+        self._last = version
 
     def observe(self, remote_version: int) -> None:
         """Moves the clock past a version received from another node; raises
@@ -79,7 +104,7 @@ class HybridClock:
             self.refused += 1
             raise VersionAhead(remote_version, ahead_ms, self._max_drift_ms)
         if remote_version > self._last:
-            self._last = remote_version
+            self._move_to(remote_version)
 
     @property
     def last(self) -> int:

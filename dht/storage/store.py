@@ -36,6 +36,8 @@ DIGESTS_PREFIX = b"d"
 # Set once every record has its digest: a data folder from before the index gets it
 # built at its first start.
 DIGESTS_READY = b"m:digests-1"
+# The hybrid clock's saved ceiling (dht/coordination/clock.py): 8 bytes big-endian.
+CLOCK_CEILING = b"m:clock-ceiling"
 _INDEX_BATCH = 10_000
 
 ChangeListener = Callable[[bytes, Digest | None, Digest | None], None]
@@ -147,6 +149,17 @@ class Storage:
         self._writer.shutdown(wait=True)  # a write in its thread finishes first
         if not self._db.closed:
             self._db.close()
+
+    def clock_ceiling(self) -> int:
+        """The ceiling the clock saved last (0: never saved)."""
+        data = self._db.get(CLOCK_CEILING)
+        return 0 if data is None else int.from_bytes(data, "big")
+
+    def save_clock_ceiling(self, ceiling: int) -> None:
+        """Synced, whatever --sync-writes says: a version past the ceiling is used only
+        after this returns. Not held to the disk reserve: it is 8 bytes, and refusing it
+        would refuse every write."""
+        self._db.put(CLOCK_CEILING, ceiling.to_bytes(8, "big"), sync=True)
 
     def get(self, key: bytes) -> Record | None:
         data = self._records.get(key)

@@ -167,3 +167,65 @@ def test_observe_and_now_stay_within_bounds_for_any_64_bit_input(
         assert now <= MAX_VERSION
         assert version_ms(now) <= highest_wall + drift_ms + issued
         previous = now
+
+
+class SavedCeiling:
+    """The clock's persisted ceiling (a LevelDB key on a node), as a list of saves."""
+
+    def __init__(self) -> None:
+        self.saves: list[int] = []
+
+    def __call__(self, ceiling: int) -> None:
+        self.saves.append(ceiling)
+
+    @property
+    def floor(self) -> int:
+        return self.saves[-1] if self.saves else 0
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["now", "observe"]), st.integers(-30_000, 59_000))),
+    st.integers(-3_600_000, 3_600_000),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_clock_started_from_its_saved_ceiling_issues_newer_versions(
+    steps: list[tuple[str, int]], step_back_ms: int
+) -> None:
+    """Rule 8.7: whatever a run issued or observed, and however the wall clock moved
+    while the node was down, the next run's first version is newer."""
+    wall = FakeWall()
+    saved = SavedCeiling()
+    clock = HybridClock(wall, floor=saved.floor, save_ceiling=saved)
+    used: list[int] = []
+    for action, offset_ms in steps:
+        if action == "now":
+            wall.ms = START_MS + offset_ms
+            used.append(clock.now())
+        else:
+            remote = version_at(wall.ms + offset_ms)
+            clock.observe(remote)
+            used.append(remote)
+        assert saved.floor >= max(used)  # saved before the version was used
+    wall.ms = START_MS + step_back_ms  # a crash: nothing saved on the way out
+    restarted = HybridClock(wall, floor=saved.floor, save_ceiling=saved)
+    assert restarted.now() > max(used, default=0)
+
+
+def test_the_ceiling_is_saved_once_per_lead_not_once_per_version() -> None:
+    wall = FakeWall()
+    saved = SavedCeiling()
+    clock = HybridClock(wall, save_ceiling=saved)
+    for _ in range(10):  # ten seconds of writes, a hundred a second
+        for _ in range(100):
+            wall.ms += 10
+            clock.now()
+    assert 9 <= len(saved.saves) <= 11
+    assert all(version_ms(ceiling) - START_MS <= 11_000 for ceiling in saved.saves)
+
+
+def test_a_refused_version_saves_no_ceiling() -> None:
+    saved = SavedCeiling()
+    clock = HybridClock(FakeWall(), max_drift_ms=1_000, save_ceiling=saved)
+    with pytest.raises(VersionAhead):
+        clock.observe(version_at(START_MS + 5_000))
+    assert saved.saves == []
