@@ -244,8 +244,9 @@ class Storage:
 
     def collect(self, key: bytes, record: Record) -> bool:
         """Removes `record` for good (a tombstone or an expired record past its grace),
-        unless a write replaced it meanwhile; says whether it did."""
-        if self.get(key) != record:
+        unless a write replaced it meanwhile or one of the key is in the writer thread
+        (it may land between this read and the removal); says whether it did."""
+        if key in self._writing or self.get(key) != record:
             return False
         old = self.digest(key)
         write_or_disk_full(self._db, [], [RECORDS_PREFIX + key, digest_key(key)], self._sync)

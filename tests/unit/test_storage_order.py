@@ -5,8 +5,10 @@ in a temporary folder)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
+from dht.replication.merkle import Digest
 from dht.storage.record import Record
 from dht.storage.store import LARGE_WRITE, Storage
 
@@ -41,4 +43,36 @@ async def test_an_older_small_write_after_a_newer_large_one_is_kept_out(tmp_path
         assert storage.get(b"k") == Record.live(2, LARGE)
         assert storage.write(b"other", Record.live(1, SMALL)) is True  # other keys: at once
     finally:
+        storage.close()
+
+
+async def test_collection_leaves_a_key_alone_while_its_large_write_is_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    """Issue 24, finding 5: `collect` read the tombstone while the new value was still in
+    the writer thread, removed it, and the value's landing then took the tombstone's
+    digest out of the trees a second time (or, landing between the read and the
+    removal, the new value itself was removed)."""
+    storage = Storage(tmp_path)
+    changes: list[tuple[Digest | None, Digest | None]] = []
+    storage.on_change = lambda key, old, new: changes.append((old, new))
+    release = threading.Event()
+    try:
+        tombstone = Record.deleted(1)
+        assert storage.write(b"k", tombstone) is True
+        # Hold the writer thread so the large write is known to be in it, not landed.
+        held = asyncio.get_running_loop().run_in_executor(storage._writer, release.wait)
+        landing = storage.write(b"k", Record.live(2, LARGE))
+        await asyncio.sleep(0)
+        assert storage.collect(b"k", tombstone) is False
+        release.set()
+        await held
+        assert await landing is True
+        assert storage.get(b"k") == Record.live(2, LARGE)
+        # Every digest taken out was put in before, once: the trees stay exact.
+        put_in = [new for _, new in changes if new is not None]
+        taken_out = [old for old, _ in changes if old is not None]
+        assert all(put_in.count(entry) >= taken_out.count(entry) for entry in taken_out)
+    finally:
+        release.set()
         storage.close()
