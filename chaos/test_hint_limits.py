@@ -58,3 +58,29 @@ def test_hints_older_than_the_age_cap_are_dropped_not_delivered(
     assert int(holder.status()["hints_dropped"]) == len(keys)
     assert int(holder.status()["hints_delivered"]) == 0
     assert not any(key.startswith("aged-") for key in replica.local_records())
+
+
+@rule("9.6", "9.10")
+def test_hints_are_dropped_at_half_the_tombstone_grace(
+    start_chaos_cluster: ChaosClusterFactory,
+) -> None:
+    """Issue 24, finding 4: `--hint-max-age` (3 h by default) was not held to
+    `--tombstone-grace`, so a hint could land after every node had collected the
+    tombstone that replaced its record, and bring the record back."""
+    grace = 1.0
+    cluster, testbed = start_chaos_cluster(
+        3, [*FAST_FAULTS, "--tombstone-grace", str(grace), "--anti-entropy-interval", "0"]
+    )
+    holder, replica = cluster[0], cluster[2]
+    keys = [f"past-half-grace-{i}" for i in range(5)]
+    testbed.cut(testbed.links_into(2))
+    for key in keys:
+        assert holder.put(key, VALUE).status == 201
+    assert pending_hints(holder, replica) == len(keys)
+    time.sleep(grace / 2 + 0.2)  # the hints pass half the grace while the target is away
+
+    testbed.heal()
+    wait_for(lambda: pending_hints(holder, replica), lambda count: count == 0)
+    assert int(holder.status()["hints_dropped"]) == len(keys)
+    assert not any(key.startswith("past-half-grace-") for key in replica.local_records())
+    assert "hints are kept at most 0.5 s, half of --tombstone-grace" in holder.log_tail(100)

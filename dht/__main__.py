@@ -145,7 +145,8 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
         "--hint-max-age",
         type=positive_float,
         default=d.hint_max_age,
-        help="seconds a hint is kept before it is dropped undelivered (default %(default)s)",
+        help="seconds a hint is kept before it is dropped undelivered, at most half of "
+        "--tombstone-grace (default %(default)s)",
     )
     parser.add_argument(
         "--hint-interval",

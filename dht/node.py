@@ -51,9 +51,10 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.started_at = time.monotonic()
-        self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes)
+        wall_ms = skewed_wall_clock(config.clock_skew)
+        self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes, wall_ms)
         self.clock = HybridClock(
-            skewed_wall_clock(config.clock_skew),
+            wall_ms,
             config.max_clock_drift_ms,
             floor=self.storage.clock_ceiling(),
             save_ceiling=self.storage.save_clock_ceiling,
@@ -70,7 +71,7 @@ class Node:
             self.storage.hints,
             self.storage.disk,
             config.hint_max_bytes,
-            config.hint_max_age,
+            hint_max_age(config),
             wall_clock_ms,
         )
         self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
@@ -285,6 +286,23 @@ class Node:
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)
             log.info("stopped")
+
+
+def hint_max_age(config: NodeConfig) -> float:
+    """`--hint-max-age`, at most half of `--tombstone-grace`: a hint delivered after every
+    node collected the tombstone that replaced its record would bring the record back
+    (the other half covers clocks that disagree). A replica whose hint is dropped is
+    repaired by anti-entropy instead."""
+    limit = config.tombstone_grace / 2
+    if config.hint_max_age <= limit:
+        return config.hint_max_age
+    log.info(
+        "hints are kept at most %g s, half of --tombstone-grace, not --hint-max-age %g s: "
+        "an older hint could bring back a record whose tombstone is collected",
+        limit,
+        config.hint_max_age,
+    )
+    return limit
 
 
 def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:

@@ -17,7 +17,8 @@ An exchange, started by either side every `--anti-entropy-interval` seconds per 
    channel); the newest is written where it is missing or older (put-if-newer both
    ways), at most `--anti-entropy-rate` records a second.
 A completed exchange is what lets tombstones go (dht/replication/collector.py): it records when it
-started, and every record that existed then is on both sides once it completes.
+started, and every record that had arrived then (large writes still in the writer thread
+are waited for) is on both sides once it completes.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class AntiEntropy:
         tries again."""
         stats = self.stats[url]
         started_ms = self._clock.wall_ms()
+        await self._storage.writes_landed()  # they arrived before `started_ms`
         try:
             compared, differing = await self._differing_leaves(url)
             for first in range(0, len(differing), LEAVES_PER_REQUEST):
@@ -179,14 +181,12 @@ class AntiEntropy:
         for key in sorted(theirs.keys() | ours.keys()):
             if theirs.get(key) == ours.get(key):
                 continue
-            if key not in theirs and self._past_grace_here(key):
-                continue  # they collected it, ours goes next (see _reconcile): no call
+            # Even a record of ours past its grace that they do not list: they may hold
+            # an older version they do not share with us, which this exchange must
+            # replace before the collector may count it (_reconcile copies nothing to
+            # a side that has no record).
             await pace.step()
             await self._reconcile(url, key)
-
-    def _past_grace_here(self, key: bytes) -> bool:
-        record = self._storage.get(key)
-        return record is not None and self._past_grace(record)
 
     async def _reconcile(self, url: str, key: bytes) -> None:
         """Newest wins both ways: the peer's record here if newer, ours there if newer."""

@@ -2,13 +2,22 @@
 no replica needs any more, so a store with deletes and expiries does not only grow.
 
 The rule (Cassandra's gc_grace, made checkable): a dead record (a tombstone, or a record
-past its expiry) may go once it has been dead for `--tombstone-grace` AND every other
-node that is to hold it has completed an anti-entropy exchange with this one that began
-after the record was written. That exchange put the record (or a newer one) on both
-sides, so no replica can still hold an older live value that would come back once the
-tombstone is gone ("zombie" data): a replica that was down keeps every tombstone it
-needs on its peers until it is back and has exchanged with them. Without anti-entropy
-(`--anti-entropy-interval 0`) no shared tombstone is ever collected.
+past its expiry) may go once it has been dead for `--tombstone-grace`, and here for as
+long, AND every other node of the ring has completed an anti-entropy exchange with this
+one that began after the record arrived here. That exchange compared the key with that
+node (any node that holds an older version lists the key in its tree for this one, or
+this one lists it in its tree for that node: replica sets are prefixes of one
+preference list), so no node can still hold an older live value that would come back
+once the tombstone is gone ("zombie" data): a node that was down keeps every tombstone
+it might need alive on its peers until it is back and has exchanged with them. Without
+anti-entropy (`--anti-entropy-interval 0`) no tombstone is collected on a ring of more
+than one node.
+
+Why every node of the ring and not only the record's own replica set: the record says
+the `F` of its own write, and an earlier write of the key may have gone to more nodes
+(a PUT at 3/3, then a DELETE at 2/2). Why the arrival here and not the version's time:
+the version is the coordinator's clock, and one running behind would make a tombstone
+look older than an exchange that never carried it.
 
 A pass reads every record once, a batch per loop turn, every `grace / 4` seconds (from
 0.1 s to 10 minutes): a dead record goes at most a quarter of the grace, or 10 minutes,
@@ -21,7 +30,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from dht.coordination.clock import version_ms
 from dht.replication.background import OwnedTask
 from dht.replication.merkle import MerkleTrees
 from dht.storage.record import Record
@@ -36,16 +44,19 @@ COMPACT_AFTER = 10_000
 
 
 def collectible(
-    record: Record, now_ms: int, grace_ms: int, exchanged_since: list[int | None]
+    record: Record,
+    arrived_ms: int,
+    now_ms: int,
+    grace_ms: int,
+    exchanged_since: list[int | None],
 ) -> bool:
-    """The rule: dead for longer than the grace, and each other holder's last completed
-    exchange with this node began after the record was written (`exchanged_since`: that
-    start per holder, None for one never exchanged with)."""
+    """The rule: dead, and here, for longer than the grace, and each other node's last
+    completed exchange with this one began after the record arrived here
+    (`exchanged_since`: that start per node, None for one never exchanged with)."""
     dead = record.dead_since()
-    if dead is None or now_ms - dead <= grace_ms:
+    if dead is None or now_ms - max(dead, arrived_ms) <= grace_ms:
         return False
-    written = version_ms(record.version)
-    return all(start is not None and start > written for start in exchanged_since)
+    return all(start is not None and start > arrived_ms for start in exchanged_since)
 
 
 class Collector:
@@ -104,13 +115,15 @@ class Collector:
 
     def _collect(self, dead: list[tuple[bytes, Record]]) -> int:
         now = self._wall_ms()
+        since = [self._exchanged_since(url) for url in self._trees.leaves]
         collected = 0
         for key, record in dead:
-            holders = self._trees.sharing(key, record.copies)
-            since = [self._exchanged_since(url) for url in holders]
-            if collectible(record, now, self._grace_ms, since) and self._storage.collect(
-                key, record
-            ):
+            entry = self._storage.digest(key)
+            if entry is None or entry.version != record.version:
+                continue  # replaced since the scan read it
+            if collectible(
+                record, entry.arrived_ms, now, self._grace_ms, since
+            ) and self._storage.collect(key, record):
                 collected += 1
         self.collected += collected
         return collected

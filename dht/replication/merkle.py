@@ -28,7 +28,8 @@ from dht.storage.record import Record, encode_header
 
 LEAF_BITS = 10
 LEAVES = 1 << LEAF_BITS
-_HASH = struct.Struct(">QQ")
+_ENTRY = struct.Struct(">QQBQ")
+_ENTRY_WITHOUT_ARRIVAL = struct.Struct(">QQB")
 
 
 def leaf_of(key: bytes) -> int:
@@ -45,11 +46,14 @@ def record_digest(key: bytes, record: Record) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Digest:
-    """What the digest index keeps of one stored record."""
+    """What the digest index keeps of one stored record: `arrived_ms` is this node's
+    wall clock when the record was stored here (0: not known), which tombstone
+    collection goes by (dht/replication/collector.py)."""
 
     version: int
     digest: int
     copies: int
+    arrived_ms: int = 0
 
 
 def holders(ring: Ring, key: bytes, copies: int) -> list[str]:
@@ -124,9 +128,11 @@ def differing_children(level: int, nodes: list[int]) -> list[int]:
 
 
 def pack_digest(entry: Digest) -> bytes:
-    return _HASH.pack(entry.version, entry.digest) + bytes([entry.copies])
+    return _ENTRY.pack(entry.version, entry.digest, entry.copies, entry.arrived_ms)
 
 
 def unpack_digest(data: bytes) -> Digest:
-    version, digest = _HASH.unpack_from(data)
-    return Digest(version, digest, data[_HASH.size])
+    """An entry of 25 bytes, or of 17 (from before arrival times: not known)."""
+    if len(data) == _ENTRY_WITHOUT_ARRIVAL.size:
+        return Digest(*_ENTRY_WITHOUT_ARRIVAL.unpack(data))
+    return Digest(*_ENTRY.unpack(data))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,9 +34,11 @@ RECORDS_PREFIX = b"r"
 LARGE_WRITE = 1024 * 1024
 HINTS_PREFIX = b"h"
 DIGESTS_PREFIX = b"d"
-# Set once every record has its digest: a data folder from before the index gets it
-# built at its first start.
-DIGESTS_READY = b"m:digests-1"
+# Set once every record has its digest entry: a data folder from before the index, or
+# from before the entries carried their arrival time (`m:digests-1`), gets it built at
+# its first start.
+DIGESTS_READY = b"m:digests-2"
+_OLDER_INDEX_MARKERS = [b"m:digests-1"]
 # The hybrid clock's saved ceiling (dht/coordination/clock.py): 8 bytes big-endian.
 CLOCK_CEILING = b"m:clock-ceiling"
 _INDEX_BATCH = 10_000
@@ -131,7 +134,14 @@ class Storage:
     """`disk` guards every write with the volume's free-space reserve: a write that would
     go below it, or that LevelDB fails for lack of space, raises DiskFull."""
 
-    def __init__(self, data_dir: Path, disk_reserve: int = 0, sync_writes: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        disk_reserve: int = 0,
+        sync_writes: bool = False,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
         self._db = open_leveldb(data_dir)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self.hints = self._db.prefixed_db(HINTS_PREFIX)
@@ -199,7 +209,7 @@ class Storage:
                 return None
         data = encode(record)
         self.disk.admit(len(key) + len(data))
-        new = Digest(record.version, record_digest(key, record), record.copies)
+        new = Digest(record.version, record_digest(key, record), record.copies, self._wall_ms())
         return data, old, new
 
     def _commit(self, key: bytes, data: bytes, old: Digest | None, new: Digest) -> None:
@@ -242,6 +252,13 @@ class Storage:
         prefix = DIGESTS_PREFIX + (b"" if leaf is None else leaf.to_bytes(2, "big"))
         return _digest_entries(self._db.iterator(prefix=prefix, fill_cache=False))
 
+    async def writes_landed(self) -> None:
+        """Until every write now in the writer thread has landed: their digest entries
+        say they arrived already, and anti-entropy starts an exchange only once they are
+        in its trees too."""
+        if self._writing:
+            await asyncio.wait(list(self._writing.values()))
+
     def collect(self, key: bytes, record: Record) -> bool:
         """Removes `record` for good (a tombstone or an expired record past its grace),
         unless a write replaced it meanwhile or one of the key is in the writer thread
@@ -271,11 +288,14 @@ class Storage:
             return
         with self._db.iterator(prefix=DIGESTS_PREFIX, include_value=False) as entries:
             stale = list(entries)
-        write_or_disk_full(self._db, [], stale)
+        write_or_disk_full(self._db, [], [*stale, *_OLDER_INDEX_MARKERS])
         puts: list[tuple[bytes, bytes]] = []
+        arrived = self._wall_ms()
         count = 0
         for key, record in self.scan(b"", None):
-            entry = Digest(record.version, record_digest(key, record), record.copies)
+            # Arrived now, as far as collection is concerned: it waits for exchanges
+            # from here on.
+            entry = Digest(record.version, record_digest(key, record), record.copies, arrived)
             puts.append((digest_key(key), pack_digest(entry)))
             count += 1
             if len(puts) >= _INDEX_BATCH:

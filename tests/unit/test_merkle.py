@@ -100,19 +100,34 @@ GRACE = 10_000
 
 
 @rule("9.10")
-def test_a_tombstone_goes_only_past_the_grace_and_after_every_holder_exchanged() -> None:
+def test_a_tombstone_goes_only_past_the_grace_and_after_every_node_exchanged() -> None:
     tombstone = Record.deleted(WRITTEN)
+    arrived = 1_000_000
     later = 1_000_000 + GRACE + 1
-    assert collectible(tombstone, later, GRACE, [1_000_001, 1_000_002])
-    assert not collectible(tombstone, 1_000_000 + GRACE, GRACE, [1_000_001])  # within grace
-    assert not collectible(tombstone, later, GRACE, [1_000_001, None])  # one never exchanged
-    assert not collectible(tombstone, later, GRACE, [1_000_001, 999_999])  # began before it
-    assert collectible(tombstone, later, GRACE, [])  # no other holder
+    assert collectible(tombstone, arrived, later, GRACE, [1_000_001, 1_000_002])
+    assert not collectible(tombstone, arrived, 1_000_000 + GRACE, GRACE, [1_000_001])
+    assert not collectible(tombstone, arrived, later, GRACE, [1_000_001, None])  # never
+    assert not collectible(tombstone, arrived, later, GRACE, [1_000_001, 999_999])  # before
+    assert collectible(tombstone, arrived, later, GRACE, [])  # a ring of one
+
+
+@rule("9.10")
+def test_a_tombstone_is_judged_by_its_arrival_here_not_its_version_time() -> None:
+    """Issue 24, finding 4: a tombstone from a coordinator 30 s behind, which arrived
+    after a node's last exchange, waits for the next one and for the grace from its
+    arrival."""
+    tombstone = Record.deleted(WRITTEN)
+    arrived = 1_030_000
+    exchanged = [1_020_000]  # after the version's time, before the arrival
+    assert not collectible(tombstone, arrived, arrived + GRACE + 1, GRACE, exchanged)
+    assert not collectible(tombstone, arrived, arrived + GRACE, GRACE, [arrived + 1])
+    assert collectible(tombstone, arrived, arrived + GRACE + 1, GRACE, [arrived + 1])
 
 
 @rule("9.10")
 def test_an_expiring_record_is_dead_from_its_expiry_and_a_live_one_never() -> None:
     expiring = Record.live(WRITTEN, b"v", expires_at=2_000_000)
-    assert not collectible(expiring, 2_000_000 + GRACE, GRACE, [1_000_001])
-    assert collectible(expiring, 2_000_000 + GRACE + 1, GRACE, [1_000_001])
-    assert not collectible(Record.live(WRITTEN, b"v"), 10**12, GRACE, [1_000_001])
+    arrived = 1_000_000
+    assert not collectible(expiring, arrived, 2_000_000 + GRACE, GRACE, [1_000_001])
+    assert collectible(expiring, arrived, 2_000_000 + GRACE + 1, GRACE, [1_000_001])
+    assert not collectible(Record.live(WRITTEN, b"v"), arrived, 10**12, GRACE, [1_000_001])

@@ -45,3 +45,28 @@ def test_after_a_repair_the_index_is_rebuilt_so_an_older_write_stays_out(tmp_pat
         assert [key for key, _ in storage.digests()] == [b"kept"]
     finally:
         storage.close()
+
+
+def test_a_folder_from_before_arrival_times_gets_them_at_its_first_start(tmp_path: Path) -> None:
+    """Digest entries of 17 bytes and the `m:digests-1` marker (a data folder written
+    before tombstone collection went by arrival): the index is rebuilt, every entry
+    saying it arrived at that start, so collection waits for exchanges from then on."""
+    storage = Storage(tmp_path, wall_ms=lambda: 1_000)
+    storage.write(b"deleted", Record.deleted(7))
+    storage.close()
+    db = plyvel.DB(str(tmp_path / "leveldb"))
+    db.put(digest_key(b"deleted"), db.get(digest_key(b"deleted"))[:17])
+    db.delete(b"m:digests-2")
+    db.put(b"m:digests-1", b"1")
+    db.close()
+    storage = Storage(tmp_path, wall_ms=lambda: 5_000)
+    try:
+        entry = storage.digest(b"deleted")
+        assert entry is not None and (entry.version, entry.arrived_ms) == (7, 5_000)
+    finally:
+        storage.close()
+    db = plyvel.DB(str(tmp_path / "leveldb"))
+    try:
+        assert db.get(b"m:digests-1") is None
+    finally:
+        db.close()
