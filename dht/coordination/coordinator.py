@@ -22,8 +22,8 @@ from typing import Generic, Protocol, TypeVar
 from dht.config import NodeConfig
 from dht.coordination.clock import HybridClock, VersionAhead
 from dht.coordination.membership import Membership
-from dht.coordination.replicas import ReplicaCount, quorum
-from dht.coordination.topology import union
+from dht.coordination.replicas import ReplicaCount
+from dht.coordination.topology import Topology, union
 from dht.replication.hints import HintStore
 from dht.replication.peers import PeerError, Peers, ReplicaFull
 from dht.storage.disk import DiskFull
@@ -188,28 +188,27 @@ class Coordinator:
         self, start: bytes, end: bytes | None
     ) -> AsyncGenerator[tuple[bytes, bytes], None]:
         """The live records of the whole cluster in [start, end), merged, newest version
-        per key. Raises NotEnoughSources (before anything is sent) when fewer than
-        N - quorum(N) + 1 nodes answer; the iterator raises RangeIncomplete when that
-        many are no longer left mid-stream."""
-        size = len(self._membership.topology.current)
-        needed = size - quorum(size) + 1
+        per key. Raises NotEnoughSources (before anything is sent) when too few nodes
+        answer: N - quorum(N) + 1 of each node list in use (`Topology.range_shortfall`);
+        the iterator raises RangeIncomplete when too few are left mid-stream."""
+        topology = self._membership.topology  # the one the range is counted by throughout
+        peers = list(self._peers.by_url.values())
         opened = await asyncio.gather(
-            *(peer.open_scan(start, end) for peer in self._peers.by_url.values()),
-            return_exceptions=True,
+            *(peer.open_scan(start, end) for peer in peers), return_exceptions=True
         )
-        sources: list[RecordSource] = [self._local_scan(start, end)]
-        for result in opened:
+        sources: dict[str, RecordSource] = {self._self_url: self._local_scan(start, end)}
+        for peer, result in zip(peers, opened, strict=True):
             if isinstance(result, PeerError):
                 log.info("range: a source is missing: %s", result)
             elif isinstance(result, BaseException):
                 raise result
             else:
-                sources.append(result)
-        if len(sources) < needed:
-            for source in sources:
+                sources[peer.url] = result
+        if (shortfall := topology.range_shortfall(sources)) is not None:
+            for source in sources.values():
                 await source.aclose()
-            raise NotEnoughSources(f"{len(sources)} of {needed} nodes answered")
-        return _merge_newest(sources, needed, self._clock.wall_ms())
+            raise NotEnoughSources(f"answered: {shortfall}")
+        return _merge_newest(sources, topology, self._clock.wall_ms())
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -344,25 +343,27 @@ class NotEnoughSources(Exception):
 
 
 async def _merge_newest(
-    sources: list[RecordSource], needed: int, now_ms: int
+    sources: dict[str, RecordSource], topology: Topology, now_ms: int
 ) -> AsyncGenerator[tuple[bytes, bytes], None]:
-    """k-way merge of sorted record streams: one entry per key, the newest version,
-    tombstones and records expired at `now_ms` dropped. Holds one record per source,
-    whatever the size of the range."""
+    """k-way merge of sorted record streams, by the node each comes from: one entry per
+    key, the newest version, tombstones and records expired at `now_ms` dropped. Holds
+    one record per source, whatever the size of the range. Once the sources left fall
+    short of what `topology` asks of a range, raises RangeIncomplete."""
+    urls = list(sources)
+    streams = list(sources.values())
     heap: list[tuple[bytes, int, Record]] = []
-    live = len(sources)
+    live = set(urls)
 
     async def advance(index: int) -> None:
-        nonlocal live
         try:
-            key, record = await anext(sources[index])
+            key, record = await anext(streams[index])
         except StopAsyncIteration:
             return
         except PeerError as error:
-            live -= 1
+            live.discard(urls[index])
             log.warning("range: a source failed mid-stream: %s", error)
-            if live < needed:
-                raise RangeIncomplete(f"only {live} of {needed} sources left") from error
+            if (shortfall := topology.range_shortfall(live)) is not None:
+                raise RangeIncomplete(f"left: {shortfall}") from error
             return
         heapq.heappush(heap, (key, index, record))
 
@@ -380,8 +381,8 @@ async def _merge_newest(
             if best.live_at(now_ms):
                 yield key, best.value
     finally:
-        for source in sources:
-            await source.aclose()
+        for stream in streams:
+            await stream.aclose()
 
 
 def _log_replica_failure(url: str, error: BaseException) -> None:

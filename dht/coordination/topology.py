@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dht.config import normalize_url
-from dht.coordination.replicas import ReplicaCount, default_replicas
+from dht.coordination.replicas import ReplicaCount, default_replicas, quorum
 from dht.coordination.ring import Ring
 
 STABLE, JOINT, HANDOFF = "stable", "joint", "handoff"
@@ -79,6 +79,30 @@ class Topology:
             sum(node in answered for node in nodes) >= needed
             for nodes, needed in self.quorums(key, ReplicaCount(ack, copies))
         )
+
+    def range_shortfall(self, answered: Collection[str]) -> str | None:
+        """Why the nodes in `answered` are too few for a cluster-wide range (rule 8.5),
+        or None when they are enough: `range_sources_needed(N)` of each ring's N nodes.
+
+        That many of a ring's nodes include one of any quorum of them, so the range sees
+        every key a quorum of some ring acknowledged; the default write of every phase
+        is one (of the only ring when stable, of the smaller one in joint and handoff,
+        `default_replicas`). A count over both rings at once would not do: shrinking
+        5 -> 3, the two leaving nodes and one staying node answer, three of five, while
+        the two other staying nodes, which took a joint write (2 of 3), do not."""
+        for name, ring in zip(("current", "next"), self.rings, strict=False):
+            needed = range_sources_needed(len(ring))
+            heard = sum(node in answered for node in ring.nodes)
+            if heard < needed:
+                list_name = "" if self.next is None else f"{name} list's "
+                return f"{heard} of the {list_name}{len(ring)} nodes ({needed} needed)"
+        return None
+
+
+def range_sources_needed(size: int) -> int:
+    """How many of a ring's `size` nodes a range must read: N - quorum(N) + 1, one more
+    than the nodes a quorum may leave out."""
+    return size - quorum(size) + 1
 
 
 def union(sets: list[list[str]]) -> list[str]:

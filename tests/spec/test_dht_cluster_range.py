@@ -1,6 +1,6 @@
 """SPEC.md rule 8.5, `GET /v0/entities` on real clusters: the range spans every
 node's shard, merges copies by key keeping the newest version, drops tombstones, and
-needs N - quorum(N) + 1 nodes to answer.
+needs N - quorum(N) + 1 nodes to answer (of each node list, during a membership change).
 
 Each chunk of the stream is one record, `key` `\\n` `value` (keys hold no newline), so
 the answer is read chunk by chunk (`Node.range_chunks`).
@@ -8,12 +8,14 @@ the answer is read chunk by chunk (`Node.range_chunks`).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dht.replication.protocol import Stored
 from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node
+from tests.launcher import Cluster, Node, expect, request
 from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
@@ -143,3 +145,58 @@ def test_range_bounds_that_need_percent_encoding_reach_every_node_intact(
         assert cluster[0].put(key, b"v", "3/3").status == 201
     for node in cluster:
         assert entries(node, ":", "b") == [(":", b"v"), (":a", b"v")], node.url
+
+
+@rule("8.5", "13.3")
+def test_range_during_a_shrink_needs_enough_nodes_of_each_node_list(
+    start_cluster: ClusterFactory,
+) -> None:
+    """5 -> 3 held in the joint step. A write there is acknowledged by a quorum of the
+    key's replicas in each list (2 of 3), so with three nodes down it may sit on just
+    the two new nodes left. With those two down and the other three back, three of the
+    five old nodes answer, which is the old list's N - quorum(N) + 1, but only one of
+    the three new ones: the range must not answer as if it were whole."""
+    cluster = start_cluster(5, PATIENT_BREAKERS)
+    removed, kept = cluster.nodes[:2], cluster.nodes[2:]
+    before = {f"before-{i}": f"value {i}".encode() for i in range(10)}
+    for key, value in before.items():
+        expect(cluster[0].put(key, value), 201, context=key)
+    joint = {
+        "epoch": 1,
+        "phase": "joint",
+        "current": sorted(cluster.urls),
+        "next": sorted(node.url for node in kept),
+    }
+    for node in cluster:
+        answer = request("PUT", node.url + "/v0/admin/topology", json.dumps(joint).encode())
+        expect(answer, 200, context=node.url)
+
+    down = [*removed, kept[0]]
+    for node in down:
+        node.stop()
+    acknowledged = dict(before)
+    for i in range(60):  # only keys whose old replicas include both live nodes succeed
+        key, value = f"joint-{i}", f"value {i}".encode()
+        if kept[1].put(key, value).status == 201:
+            acknowledged[key] = value
+    assert len(acknowledged) > len(before), "no write was acknowledged: the test shows nothing"
+
+    for node in kept[1:]:
+        node.stop()
+    for node in down:
+        node.start()
+    response = removed[0].range_chunks("\x00")
+    if response.status == 200:
+        got = {chunk.partition(b"\n")[0].decode() for chunk in response.chunks}
+        missing = sorted(set(acknowledged) - got)
+        pytest.fail(
+            f"200, whole, without {len(missing)} of the {len(acknowledged)} acknowledged "
+            f"keys: {missing[:5]}"
+        )
+    assert response.status == 504, (response.status, response.body)
+
+    # Two of the three new nodes and four of the five old ones: enough of each. Writes
+    # that were refused may show too (they reached the nodes that were up).
+    kept[1].start()
+    whole = dict(entries(removed[0], "\x00"))
+    assert {key: whole.get(key) for key in acknowledged} == acknowledged

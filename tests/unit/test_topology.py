@@ -19,6 +19,7 @@ from dht.coordination.topology import (
     Topology,
     TopologyState,
     phases,
+    range_sources_needed,
 )
 
 VNODES = 16
@@ -177,3 +178,67 @@ def test_the_default_quorum_during_a_change_is_the_smaller_rings() -> None:
     key = KEYS[0]
     assert [len(nodes) for nodes, _ in joint.quorums(key, ReplicaCount(3, 4))] == [4, 3]
     assert [ack for _, ack in joint.quorums(key, ReplicaCount(3, 4))] == [3, 3]
+
+
+# -- the cluster-wide range during a change (rule 8.5) -------------------------------------
+
+
+def default_write_quorums(step: Topology, key: bytes) -> Iterator[frozenset[str]]:
+    replicas = step.default_replicas()
+    return minimal_quorums(step, key, replicas.from_, replicas.ack)
+
+
+def subsets(nodes: list[str]) -> Iterator[frozenset[str]]:
+    for size in range(len(nodes) + 1):
+        yield from map(frozenset, itertools.combinations(nodes, size))
+
+
+@pytest.mark.parametrize(("old_size", "new_size"), [(3, 4), (4, 3), (5, 3), (3, 5), (2, 3), (3, 2)])
+def test_a_range_enough_for_each_list_sees_every_default_write_of_the_change(
+    old_size: int, new_size: int
+) -> None:
+    """A range in joint or handoff that `range_shortfall` lets answer has, for every key,
+    a node of every write quorum of the default replicas of each step: stable(old),
+    joint/handoff, stable(new)."""
+    old, new = Ring(urls(old_size), VNODES), Ring(urls(new_size), VNODES)
+    steps = phases(old, new)
+    change = steps[1]
+    for answered in subsets(sorted(set(old.nodes) | set(new.nodes))):
+        if change.range_shortfall(answered) is not None:
+            continue
+        for key in KEYS[:10]:
+            for step in steps:
+                for write in default_write_quorums(step, key):
+                    assert write & answered, (sorted(answered), key, step, sorted(write))
+
+
+def test_a_count_over_every_node_of_a_shrink_misses_joint_writes() -> None:
+    """Shrinking 5 -> 3, three old nodes answer: three of five, enough by a count over
+    every node (the old rule), yet they can miss a joint write that two new nodes took.
+    The new list's count refuses them."""
+    old, new = Ring(urls(5), VNODES), Ring(urls(3), VNODES)
+    change = Topology(old, new)
+    leaving = sorted(set(old.nodes) - set(new.nodes))
+    for staying in new.nodes:
+        answered = {*leaving, staying}
+        assert len(answered) >= len(old) - len(old) // 2  # 5 - quorum(5) + 1
+        missed = [
+            key
+            for key in KEYS
+            if any(not write & answered for write in default_write_quorums(change, key))
+        ]
+        assert missed, staying
+        assert change.range_shortfall(answered) == "1 of the next list's 3 nodes (2 needed)"
+
+
+@pytest.mark.parametrize(("size", "needed"), [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)])
+def test_a_range_when_stable_needs_n_minus_quorum_plus_one_nodes(size: int, needed: int) -> None:
+    stable = Topology(Ring(urls(size), VNODES))
+    nodes = urls(size)
+    assert range_sources_needed(size) == needed
+    assert stable.range_shortfall(nodes[:needed]) is None
+    assert (
+        stable.range_shortfall(nodes[: needed - 1])
+        == f"{needed - 1} of the {size} nodes ({needed} needed)"
+    )
+    assert stable.range_shortfall([*nodes[: needed - 1], "http://127.0.0.1:1"]) is not None
