@@ -11,10 +11,12 @@ chosen with the seed DHT_FLAP_SEED. Then every fault is healed and two rules are
 on the outcome. Each run leaves a run folder (`chaos.run_folder`): history, faults,
 final state and a plot, under artifacts/chaos-runs or $DHT_CHAOS_RUNS.
 
-A second scenario runs the same traffic and faults with hints off, anti-entropy every
-0.5 s and a 2 s tombstone grace: with no read after the heal, anti-entropy alone must
-bring the replicas together, and no collected tombstone or expiry may let a dead value
-back. Run with -s to see the figures.
+A second scenario runs the faults that together once lost acknowledged writes and undid
+deletes (issue 24): hints off, anti-entropy every 0.5 s and a 2 s tombstone grace, one
+node's clock running ahead within the drift bound, pauses and kill -9 restarts (of that
+node too), and deletes at a smaller `F` than the writes (2/2 against 2/3). With no read
+after the heal, anti-entropy alone must bring the replicas together, and no collected
+tombstone or expiry may let a dead value back. Run with -s to see the figures.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ from chaos.observe import (
     zombies,
 )
 from chaos.run_folder import Run, new_run_dir, write_run
-from chaos.traffic import Clients, key_space
+from chaos.traffic import Clients, Mix, key_space
 from dht.storage.record import Record, newest
 from dht.testbed import toxiproxy as test_bed  # a module import: pytest would collect the class
+from dht.testbed.toxiproxy import node_name
 from tests.fixtures import ChaosClusterFactory
 from tests.launcher import Cluster, Node
 from tests.spec.rules import rule
@@ -181,6 +184,14 @@ ANTI_ENTROPY_DEADLINE = 30.0
 # More keys than the first scenario, so that a key now and then goes unwritten for longer
 # than the grace and its tombstone or expired record is collected while faults go on.
 SPREAD_KEYS = key_space(512)
+# The node whose clock runs ahead, and by how much: within --max-clock-drift, so its
+# versions carry the others forward, and a restart must not carry them back (SPEC.md
+# rule 8.7). The history checker takes it as its clock slack (see chaos/test_clock_skew).
+AHEAD = 1
+SKEW_SECONDS = 1.0
+# Deletes at a smaller F than the writes' (3, the cluster's): collection must still wait
+# for the replica the delete did not go to (SPEC.md rule 9.10).
+SMALLER_FROM_DELETES = Mix(delete_replicas="2/2")
 
 
 def converged_records(
@@ -218,19 +229,26 @@ def converged_records(
 def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resurrecting_nothing(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
-    """Deletes and expiring writes under flapping faults, with nothing but anti-entropy
-    to carry a write to a replica that missed it (no hints, and no read once the faults
-    stop, so no read repair either), and tombstones and expired records collected 2 s
-    after they die. The replicas must come to agree on every live record, with no live
-    value anywhere that another replica holds a newer tombstone or expiry for; then that
-    state, taken as the final one, must keep every acknowledged write (0 lost) and bring
-    back no deleted or expired value (0 resurrected)."""
+    """Deletes (at 2/2) and expiring writes under flapping link faults, pauses and
+    crashes, one node's clock ahead, with nothing but anti-entropy to carry a write to a
+    replica that missed it (no hints, and no read once the faults stop, so no read
+    repair either), and tombstones and expired records collected 2 s after they die.
+    The replicas must come to agree on every live record, with no live value anywhere
+    that another replica holds a newer tombstone or expiry for; then that state, taken
+    as the final one, must keep every acknowledged write (0 lost) and bring back no
+    deleted or expired value (0 resurrected)."""
     started = time.monotonic()
     cluster, testbed = start_chaos_cluster(3, ANTI_ENTROPY_FLAGS)
+    ahead = cluster[AHEAD]
+    ahead.stop()
+    ahead.extra_args += ["--clock-skew", str(SKEW_SECONDS)]
+    ahead.start()
     flapping = time.monotonic()
-    clients = Clients(cluster.nodes, SPREAD_KEYS, CLIENTS, FLAP_SEED, CLIENT_TIMEOUT).start()
+    clients = Clients(
+        cluster.nodes, SPREAD_KEYS, CLIENTS, FLAP_SEED, CLIENT_TIMEOUT, SMALLER_FROM_DELETES
+    ).start()
     try:
-        faults = flap(testbed, FLAP_SECONDS, FLAP_SEED, TIMEOUT)
+        faults = flap(testbed, FLAP_SECONDS, FLAP_SEED, TIMEOUT, nodes=cluster.nodes)
     finally:
         history = clients.stop()
     healed_at = time.monotonic()
@@ -241,16 +259,22 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
     for key in SPREAD_KEYS:
         record = newest([snapshot.get(key) for snapshot in snapshots])
         final[key] = record.value if record is not None and record.live_at(now_ms) else None
-    report = check(history, final, final_at=observed)
+    report = check(history, final, final_at=observed, clock_slack=SKEW_SECONDS)
     plot = write_run(
         new_run_dir("flapping-anti-entropy"),
         Run(
-            "flapping, hints off, anti-entropy",
+            "flapping, hints off, anti-entropy, a clock ahead, deletes at 2/2",
             history,
             [fault.window() for fault in faults],
             final,
             observed,
-            {"seconds": FLAP_SECONDS, "seed": FLAP_SEED, "client_timeout": CLIENT_TIMEOUT},
+            {
+                "seconds": FLAP_SECONDS,
+                "seed": FLAP_SEED,
+                "client_timeout": CLIENT_TIMEOUT,
+                "clock_skew": {node_name(AHEAD): SKEW_SECONDS},
+                "delete_replicas": SMALLER_FROM_DELETES.delete_replicas,
+            },
         ),
     )
 
@@ -265,8 +289,10 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
     ]
     collected = [node_status["tombstones"]["collected"] for node_status in statuses]
     live = sum(value is not None for value in final.values())
+    kinds = Counter(fault.kind for fault in faults)
     print(
-        f"\nanti-entropy flapping {FLAP_SECONDS:g}s (seed {FLAP_SEED}): {len(faults)} faults; "
+        f"\nanti-entropy flapping {FLAP_SECONDS:g}s (seed {FLAP_SEED}): {len(faults)} faults "
+        f"({', '.join(f'{kind}: {count}' for kind, count in sorted(kinds.items()))}); "
         f"cluster up in {flapping - started:.2f}s, faults and traffic for "
         f"{healed_at - flapping:.2f}s; "
         f"converged {converged_after:.2f}s after heal ({live} live keys of {len(SPREAD_KEYS)}); "
@@ -276,6 +302,7 @@ def test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resu
         f"hints delivered {[node_status['hints_delivered'] for node_status in statuses]}"
         f"\nhistory: {report.summary()}\nrun folder: {plot.parent}"
     )
+    assert any(fault.kind == CRASH for fault in faults), "no crash was applied"
     assert report.acked > 0 and report.deletes > 0 and report.expiring > 0
     assert not report.lost and not report.resurrected, report.details()
     assert report.ok, report.details()

@@ -26,12 +26,14 @@ from tests.launcher import Node, entity_url, request
 class Mix:
     """Shares of each operation; the rest of 1.0 after PUT and DELETE are GETs.
     `expiring`: the share of PUTs sent with a ttl, a whole number of seconds drawn from
-    `ttl_seconds` (both ends included)."""
+    `ttl_seconds` (both ends included). `delete_replicas`: the `replicas=A/F` of every
+    DELETE (None: the node's default, as for the other operations)."""
 
     put: float = 0.6
     delete: float = 0.1
     expiring: float = 0.25
     ttl_seconds: tuple[int, int] = (1, 3)
+    delete_replicas: str | None = None
 
 
 def key_space(size: int) -> list[str]:
@@ -120,6 +122,17 @@ class Clients:
                     ttl = rng.randint(*self._mix.ttl_seconds)
                 history.append(attempt(node, Kind.PUT, key, value, self._timeout, ttl, name))
             elif draw < self._mix.put + self._mix.delete:
-                history.append(attempt(node, Kind.DELETE, key, None, self._timeout, None, name))
+                history.append(
+                    attempt(
+                        node,
+                        Kind.DELETE,
+                        key,
+                        None,
+                        self._timeout,
+                        None,
+                        name,
+                        replicas=self._mix.delete_replicas,
+                    )
+                )
             else:
                 history.append(attempt(node, Kind.GET, key, None, self._timeout, None, name))
