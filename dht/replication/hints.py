@@ -33,6 +33,8 @@ _SEPARATOR = b"\x00"
 # Evicting down to this share of the size cap makes evictions rare (each one scans).
 _EVICT_TO = 0.9
 _DELIVERY_BATCH = 256
+# Stale entries the age order may hold beyond the live ones before it is rebuilt.
+_STALE_SLACK = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +79,18 @@ class HintStore:
         self.pending: Counter[str] = Counter()
         self._bytes = 0
         self.dropped = 0
-        # Every hint's creation time and size, and the hints by age (entries of replaced
-        # or removed hints are skipped when met): eviction never reads the store.
+        # Every hint's creation time and size, and the hints by age: eviction never reads
+        # the store. An entry of the age order whose hint was replaced or removed is
+        # skipped when met, and the order is rebuilt from the index once such entries
+        # outnumber the hints kept (`_forget_stale`), so its memory follows the hints
+        # kept, not the writes: one key overwritten all day for a peer that is down
+        # keeps a few entries, not one per write.
         self._index: dict[bytes, tuple[int, int]] = {}
         self._by_age: list[tuple[int, bytes]] = []
         for stored_key, data in self._db.iterator():
             self.pending[stored_key.partition(_SEPARATOR)[0].decode()] += 1
             self._indexed(stored_key, _CREATED.unpack_from(data)[0], len(stored_key) + len(data))
-        self._by_age = [(created, key) for key, (created, _) in self._index.items()]
-        heapq.heapify(self._by_age)
+        self._rebuild_age_order()
 
     def add(self, target: str, key: bytes, record: Record) -> None:
         """Keeps `record` for `target` unless a newer hint for that key is already kept.
@@ -111,8 +116,15 @@ class HintStore:
             self._bytes -= len(stored_key) + len(existing)
         self._indexed(stored_key, created_ms, len(stored_key) + len(data))
         heapq.heappush(self._by_age, (created_ms, stored_key))
+        self._forget_stale()
         if self._bytes > self._max_bytes:
             self._evict_oldest(int(self._max_bytes * _EVICT_TO))
+
+    @property
+    def age_entries(self) -> int:
+        """Entries in the order by age, of kept hints and of replaced or removed ones not
+        yet skipped: the memory the store holds beside its index."""
+        return len(self._by_age)
 
     def for_target(self, target: str, limit: int) -> Iterator[Hint]:
         prefix = target.encode() + _SEPARATOR
@@ -153,6 +165,18 @@ class HintStore:
         self.pending[target] -= 1
         if self.pending[target] <= 0:
             del self.pending[target]
+        self._forget_stale()
+
+    def _forget_stale(self) -> None:
+        """Rebuilds the age order once it holds more than twice as many entries as there
+        are hints (plus a few): a rebuild is linear in the hints kept and comes only after
+        at least as many replacements or removals, so it costs O(1) a write, amortized."""
+        if len(self._by_age) > 2 * len(self._index) + _STALE_SLACK:
+            self._rebuild_age_order()
+
+    def _rebuild_age_order(self) -> None:
+        self._by_age = [(created, key) for key, (created, _) in self._index.items()]
+        heapq.heapify(self._by_age)
 
     def _evict_oldest(self, goal: int) -> None:
         """Drops the oldest hints until the store is down to `goal` bytes."""
