@@ -222,3 +222,83 @@ def _node_list(value: Any, name: str) -> tuple[str, ...]:
     if len(set(nodes)) != len(nodes):
         raise ValueError(f"{name} lists a node twice")
     return nodes
+
+
+class UnclearChange(ValueError):
+    """The nodes' steps do not make one change that can go on; the message says why."""
+
+
+def change_steps(old: Collection[str], new: Collection[str], epoch: int) -> list[TopologyState]:
+    """The steps after stable(old) at `epoch`: joint, handoff, stable(new)."""
+    return [
+        TopologyState(epoch + 1, JOINT, tuple(old), tuple(new)),
+        TopologyState(epoch + 2, HANDOFF, tuple(old), tuple(new)),
+        TopologyState(epoch + 3, STABLE, tuple(new)),
+    ]
+
+
+def steps_to_resume(
+    states: Collection[TopologyState], new: Collection[str]
+) -> tuple[tuple[str, ...], list[TopologyState]]:
+    """From the steps every node of a change is in, the old node list and the steps that
+    still have to be taken everywhere, the first of them the one to take again (empty:
+    every node is in stable(new)). Raises UnclearChange when the steps are not those of
+    one change to `new`, or are more than one step apart.
+
+    Every node is in the least advanced node's step or the one after it (the driver
+    moves a node on only once every node took the step before). When some node is a
+    step ahead, the step before was complete everywhere, handoff included: the change
+    goes on from the most advanced step, which the nodes behind take and the ones ahead
+    take again (a 200 that changes nothing). When all are in one step, that step is
+    taken again, so that a handoff interrupted there is waited for."""
+    target = tuple(sorted(new))
+    changing = {(state.current, state.next) for state in states if state.phase != STABLE}
+    if len(changing) > 1:
+        raise UnclearChange(
+            "the nodes are in different changes: "
+            + "; ".join(f"{', '.join(a)} -> {', '.join(b or ())}" for a, b in sorted(changing))
+        )
+    if changing:
+        ((old, going_to),) = changing
+        if going_to != target:
+            raise UnclearChange(
+                f"a change to {', '.join(going_to or ())} is under way; finish it first"
+            )
+    else:
+        lists = {state.current for state in states} - {target}
+        if not lists:
+            return target, []  # every node is in stable(new)
+        if len(lists) > 1:
+            raise UnclearChange(
+                "the nodes are stable on different node lists: "
+                + "; ".join(", ".join(nodes) for nodes in sorted(lists))
+            )
+        (old,) = lists
+    positions = [(state, _position(state, old, target)) for state in states]
+    least = min(at for _, at in positions)
+    most = max(at for _, at in positions)
+    if most - least > 1:
+        raise UnclearChange(
+            f"the nodes are more than one step apart, from {_STEP_NAMES[least]} to "
+            f"{_STEP_NAMES[most]}: the steps between were never taken everywhere"
+        )
+    # A node started with --join is seeded as joint at epoch 0, so the count comes from
+    # the others: each step adds one to it.
+    epoch = max(state.epoch - at for state, at in positions)
+    return old, change_steps(old, target, epoch)[max(most, 1) - 1 :]
+
+
+_STEP_NAMES = ("stable(old)", "joint", "handoff", "stable(new)")
+
+
+def _position(state: TopologyState, old: tuple[str, ...], new: tuple[str, ...]) -> int:
+    """Where `state` is in the change from `old` to `new`: 0 for stable(old) up to 3 for
+    stable(new)."""
+    if state.phase == STABLE and state.current in (old, new):
+        return 0 if state.current == old else 3
+    if state.phase != STABLE and (state.current, state.next) == (old, new):
+        return 1 if state.phase == JOINT else 2
+    raise UnclearChange(
+        f"a node is {state.phase} of {', '.join(state.current)}, which is no step of the "
+        f"change from {', '.join(old)} to {', '.join(new)}"
+    )

@@ -6,8 +6,9 @@ one step at a time, going on only when *every* node of old and new has taken the
 (`PUT /v0/admin/topology`, dht/web/membership_api.py), so no two nodes are ever more than
 one step apart, and after the two handoff steps only when every node reports its handoff
 done. A node that does not answer holds the change where it is (the change waits for it,
-up to `step_deadline`); run the same change again and it resumes from the step the nodes
-reached.
+up to `step_deadline`); run the same change again and it reads the step of every node of
+old and new and resumes from the least advanced one
+(`dht.coordination.topology.steps_to_resume`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 
 import aiohttp
 
-from dht.coordination.topology import HANDOFF, JOINT, STABLE, TopologyState
+from dht.coordination.topology import (
+    HANDOFF,
+    JOINT,
+    TopologyState,
+    UnclearChange,
+    steps_to_resume,
+)
 from dht.replication.wire import SECRET_HEADER
 from dht.web.membership_api import TOPOLOGY_PATH
 
@@ -58,26 +65,18 @@ async def change_membership(
     headers = {SECRET_HEADER: secret} if secret else {}
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-        state = await _current_state(session, via)
-        old = list(state.current)
-        if state.phase != STABLE:
-            if set(state.next or ()) != set(new):
-                raise ChangeFailed(
-                    f"a change to {', '.join(sorted(state.next or ()))} is under way "
-                    f"({state.phase}, epoch {state.epoch}); finish it first"
-                )
-        if set(old) == set(new):
+        states = await _steps_of_every_node(session, via, new, step_deadline)
+        try:
+            old, steps = steps_to_resume(list(states.values()), new)
+        except UnclearChange as exc:
+            raise ChangeFailed(str(exc)) from None
+        if not steps:
             raise ChangeFailed("the new node list is the current one: nothing to change")
         nodes = sorted(set(old) | set(new))
-        base = state.epoch - {STABLE: 0, JOINT: 1, HANDOFF: 2}[state.phase]
-        steps = [
-            TopologyState(base + 1, JOINT, tuple(old), tuple(new)),
-            TopologyState(base + 2, HANDOFF, tuple(old), tuple(new)),
-            TopologyState(base + 3, STABLE, tuple(new)),
-        ]
-        if state.phase != STABLE:
-            steps = steps[{JOINT: 0, HANDOFF: 1}[state.phase] :]
-        report = ChangeReport(old, new)
+        before = steps[-1].epoch - 3  # the epoch of stable(old)
+        if any(state.epoch > before for state in states.values()):
+            say(f"resuming at step {steps[0].phase} (epoch {steps[0].epoch})")
+        report = ChangeReport(list(old), new)
         for step in steps:
             began = time.monotonic()
             say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
@@ -93,14 +92,47 @@ async def change_membership(
         return report
 
 
-async def _current_state(session: aiohttp.ClientSession, via: list[str]) -> TopologyState:
-    errors = []
+async def _steps_of_every_node(
+    session: aiohttp.ClientSession, via: list[str], new: list[str], deadline: float
+) -> dict[str, TopologyState]:
+    """The step of every node of the change, by URL: the `via` nodes (at least one must
+    answer), the nodes of `new`, and every node any of them lists (the old nodes), each
+    asked again until it answers, up to `deadline`. Every node, not only the one asked:
+    a change stopped between two nodes' steps resumes from the least advanced one."""
+    states: dict[str, TopologyState] = {}
+    errors: dict[str, str] = {}
     for url in via:
-        try:
-            return TopologyState.from_json(await _get_json(session, url + TOPOLOGY_PATH))
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            errors.append(f"{url}: {str(exc) or type(exc).__name__}")
-    raise ChangeFailed("no node answered: " + "; ".join(errors))
+        await _read_step(session, url, states, errors)
+    if not states:
+        raise ChangeFailed("no node answered: " + "; ".join(errors.values()))
+    until = time.monotonic() + deadline
+    while True:
+        wanted = set(new).union(*(state.members for state in states.values()))
+        missing = sorted(wanted - states.keys())
+        if not missing:
+            return states
+        for url in missing:
+            await _read_step(session, url, states, errors)
+        if not all(url in states for url in missing):
+            if time.monotonic() > until:
+                raise ChangeFailed(
+                    f"could not read the step of every node within {deadline:.0f} s: "
+                    + "; ".join(errors[url] for url in missing if url not in states)
+                    + ". Run the same change again once they answer"
+                )
+            await asyncio.sleep(POLL)
+
+
+async def _read_step(
+    session: aiohttp.ClientSession,
+    url: str,
+    states: dict[str, TopologyState],
+    errors: dict[str, str],
+) -> None:
+    try:
+        states[url] = TopologyState.from_json(await _get_json(session, url + TOPOLOGY_PATH))
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        errors[url] = f"{url}: {str(exc) or type(exc).__name__}"
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures import ClusterFactory
-from tests.launcher import request
+from tests.launcher import Cluster, Node, expect, request, run_module, wait_for
 from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 
 SECRET = "membership-secret"
 HEADERS = {"X-Dht-Secret": SECRET}
+CHANGE_TIMEOUT = 120.0
+HANDOFF_DEADLINE = 60.0
 
 
 def topology_url(base: str) -> str:
@@ -82,3 +86,68 @@ def test_a_read_asking_more_replicas_than_a_record_has_does_not_spread_it(
     assert (answer.status, answer.body) == (200, b"v")
     time.sleep(0.5)  # repairs are sent after the answer
     assert [node for node in cluster if "one-copy" in node.local_records()] == holders
+
+
+@pytest.fixture
+def grown_by_one(tmp_path: Path) -> Iterator[Cluster]:
+    """Three nodes as a cluster holding 30 keys, and a fourth started with `--join`,
+    the change to all four not begun; stopped at the end."""
+    cluster = Cluster(tmp_path, 4)
+    for node in cluster.nodes[:3]:
+        node.topology = cluster.urls[:3]
+    cluster.nodes[3].extra_args.append("--join")
+    try:
+        cluster.start()
+        for index in range(30):
+            expect(cluster[index % 3].put(f"key-{index}", f"value {index}".encode()), 201)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def put_step_or_fail(node: Node, step: dict[str, object]) -> None:
+    status, answer = put_step(node.url, step, secret=False)
+    assert status == 200, (node, step, answer)
+
+
+def handoff_done(node: Node, epoch: int) -> bool:
+    handoff = node.status()["membership"]["handoff"]
+    return bool(handoff["epoch"] == epoch and handoff["done"])
+
+
+@rule("13.1")
+@pytest.mark.parametrize("ahead", ["asked-node-ahead", "asked-node-behind"])
+def test_the_membership_command_resumes_from_the_least_advanced_node(
+    grown_by_one: Cluster, ahead: str
+) -> None:
+    """A change stopped while its nodes were in two neighbouring steps (a driver killed
+    between two nodes' PUTs): run again through a node that is a step ahead of the
+    others, or a step behind them, the command reads every node's step and finishes."""
+    cluster = grown_by_one
+    old, new = sorted(cluster.urls[:3]), sorted(cluster.urls)
+    joint = {"epoch": 1, "phase": "joint", "current": old, "next": new}
+    handoff = joint | {"epoch": 2, "phase": "handoff"}
+    stable = {"epoch": 3, "phase": "stable", "current": new, "next": None}
+    asked = cluster[0]
+    for node in cluster:
+        put_step_or_fail(node, joint)
+    if ahead == "asked-node-ahead":  # asked: stable(new); the others: handoff, done
+        for node in cluster:
+            put_step_or_fail(node, handoff)
+        for node in cluster:
+            wait_for(lambda n=node: handoff_done(n, 2), bool, deadline=HANDOFF_DEADLINE)
+        put_step_or_fail(asked, stable)
+    else:  # asked: joint; the others: handoff
+        for node in cluster.nodes[1:]:
+            put_step_or_fail(node, handoff)
+
+    result = run_module(
+        "dht", "membership", "--node", asked.url, "--to", ",".join(new), timeout=CHANGE_TIMEOUT
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    for node in cluster:
+        shown = json.loads(request("GET", topology_url(node.url)).body)
+        assert shown == stable, (node, shown)
+        assert handoff_done(node, 3), node.status()["membership"]
+    for index in range(30):
+        expect(cluster[3].get(f"key-{index}"), 200, f"value {index}".encode())

@@ -18,8 +18,11 @@ from dht.coordination.topology import (
     BadTransition,
     Topology,
     TopologyState,
+    UnclearChange,
+    change_steps,
     phases,
     range_sources_needed,
+    steps_to_resume,
 )
 
 VNODES = 16
@@ -242,3 +245,56 @@ def test_a_range_when_stable_needs_n_minus_quorum_plus_one_nodes(size: int, need
         == f"{needed - 1} of the {size} nodes ({needed} needed)"
     )
     assert stable.range_shortfall([*nodes[: needed - 1], "http://127.0.0.1:1"]) is not None
+
+
+OLD, NEW = tuple(urls(3)), tuple(urls(4))
+JOINT_STEP, HANDOFF_STEP, STABLE_STEP = change_steps(OLD, NEW, 5)
+STABLE_OLD = TopologyState(5, STABLE, OLD)
+JOINER = TopologyState(0, JOINT, OLD, NEW)  # a node started with --join, not yet asked
+
+
+@pytest.mark.parametrize(
+    ("states", "first"),
+    [
+        ([STABLE_OLD] * 3 + [JOINER], JOINT),  # a change not begun
+        ([JOINT_STEP] * 2 + [STABLE_OLD] + [JOINER], JOINT),
+        ([JOINT_STEP] * 4, JOINT),
+        ([HANDOFF_STEP] + [JOINT_STEP] * 3, HANDOFF),  # the node asked is ahead...
+        ([JOINT_STEP] + [HANDOFF_STEP] * 3, HANDOFF),  # ...or behind
+        ([HANDOFF_STEP] * 4, HANDOFF),  # taken again: its handoff is waited for
+        ([STABLE_STEP] + [HANDOFF_STEP] * 3, STABLE),
+        ([HANDOFF_STEP] + [STABLE_STEP] * 3, STABLE),
+    ],
+)
+def test_a_change_resumes_from_the_most_advanced_step_of_neighbouring_ones(
+    states: list[TopologyState], first: str
+) -> None:
+    old, steps = steps_to_resume(states, list(reversed(NEW)))
+    assert old == OLD
+    assert steps == [JOINT_STEP, HANDOFF_STEP, STABLE_STEP][[JOINT, HANDOFF, STABLE].index(first) :]
+
+
+def test_a_change_every_node_finished_has_no_step_left() -> None:
+    assert steps_to_resume([STABLE_STEP] * 4, NEW) == (NEW, [])
+
+
+@pytest.mark.parametrize(
+    ("states", "why"),
+    [
+        ([STABLE_OLD, HANDOFF_STEP], "more than one step apart"),
+        ([STABLE_OLD, STABLE_STEP], "more than one step apart"),
+        ([JOINT_STEP, TopologyState(6, JOINT, OLD, tuple(urls(2)))], "different changes"),
+        ([STABLE_OLD, TopologyState(5, STABLE, tuple(urls(2)))], "different node lists"),
+        ([HANDOFF_STEP, TopologyState(9, STABLE, tuple(urls(2)))], "no step of the change"),
+    ],
+)
+def test_steps_that_make_no_one_change_are_not_resumed(
+    states: list[TopologyState], why: str
+) -> None:
+    with pytest.raises(UnclearChange, match=why):
+        steps_to_resume(states, NEW)
+
+
+def test_a_change_to_other_nodes_under_way_is_finished_first() -> None:
+    with pytest.raises(UnclearChange, match="under way; finish it first"):
+        steps_to_resume([JOINT_STEP] * 4, urls(5))
