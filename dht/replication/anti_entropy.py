@@ -15,7 +15,9 @@ An exchange, started by either side every `--anti-entropy-interval` seconds per 
 2. for the differing leaves, the peer's (key, version, digest) list, compared with ours;
 3. for each key that differs, both records (ours from storage, the peer's on the replica
    channel); the newest is written where it is missing or older (put-if-newer both
-   ways), at most `--anti-entropy-rate` records a second.
+   ways), at most `--anti-entropy-rate` records a second. A record the peer refuses as
+   too far ahead of its clock (rule 8.4) is counted and left for the next exchange; the
+   exchange goes on with the others (one such record must not stop every repair).
 A completed exchange is what lets tombstones go (dht/replication/collector.py): it records when it
 started, and every record that had arrived then (large writes still in the writer thread
 are waited for) is on both sides once it completes.
@@ -32,7 +34,7 @@ from typing import Any
 from dht.coordination.clock import HybridClock, VersionAhead
 from dht.replication.background import OwnedTask
 from dht.replication.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
-from dht.replication.peers import PeerError, Peers
+from dht.replication.peers import PeerError, Peers, VersionRefused
 from dht.replication.wire import EXCHANGE_PATH
 from dht.storage.disk import DiskFull
 from dht.storage.record import Record, newest
@@ -50,11 +52,14 @@ class ExchangeStats:
 
     exchanges: int = 0
     last_completed: float | None = None  # Unix time
-    last_started_ms: int = 0  # this node's wall clock when the last completed one began
+    # This node's wall clock when the last completed one began in which the peer took
+    # every record it was offered (what tombstone collection waits for).
+    last_started_ms: int = 0
     leaves_compared: int = 0  # in the last completed exchange
     leaves_differing: int = 0
     records_sent: int = 0  # over every exchange
     records_received: int = 0
+    records_refused: int = 0  # ours, which the peer refused as too far ahead of its clock
     last_error: str | None = None
 
 
@@ -95,7 +100,8 @@ class AntiEntropy:
         return asdict(self.stats.get(url) or ExchangeStats())  # a peer off this ring: none
 
     def exchanged_since(self, url: str) -> int | None:
-        """When the last completed exchange with `url` began (wall ms), if one did."""
+        """When the last completed exchange with `url` in which it took every record
+        offered began (wall ms), if one did."""
         stats = self.stats.get(url)
         return stats.last_started_ms or None if stats else None
 
@@ -141,6 +147,7 @@ class AntiEntropy:
         stats = self.stats[url]
         started_ms = self._clock.wall_ms()
         await self._storage.writes_landed()  # they arrived before `started_ms`
+        refused_before = stats.records_refused
         try:
             compared, differing = await self._differing_leaves(url)
             for first in range(0, len(differing), LEAVES_PER_REQUEST):
@@ -151,11 +158,22 @@ class AntiEntropy:
             return
         stats.exchanges += 1
         stats.last_completed = time.time()
-        stats.last_started_ms = started_ms
+        refused = stats.records_refused - refused_before
+        if not refused:
+            # Only an exchange that left every record on both sides lets tombstones go:
+            # one the peer refused may be dead here and live, older, there.
+            stats.last_started_ms = started_ms
         stats.leaves_compared, stats.leaves_differing = compared, len(differing)
         stats.last_error = None
         if differing:
             log.info("anti-entropy with %s: %d leaves differed", url, len(differing))
+        if refused:
+            log.warning(
+                "anti-entropy with %s: %d records refused by it as too far ahead of its "
+                "clock; kept here, offered again in the next exchange",
+                url,
+                refused,
+            )
 
     async def _differing_leaves(self, url: str) -> tuple[int, list[int]]:
         """Descends both trees from the root into the subtrees that differ; returns how
@@ -203,7 +221,12 @@ class AntiEntropy:
             if self._store(url, key, winner):
                 self.stats[url].records_received += 1
         if winner != theirs and winner.supersedes(theirs):
-            if await peer.put(key, winner):
+            try:
+                stored = await peer.put(key, winner)
+            except VersionRefused:
+                self.stats[url].records_refused += 1
+                return
+            if stored:
                 self.stats[url].records_sent += 1
 
     def _past_grace(self, record: Record) -> bool:

@@ -40,11 +40,25 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["Peer", "PeerError", "PeerUnavailable", "Peers", "RecordStream", "ReplicaFull"]
+__all__ = [
+    "Peer",
+    "PeerError",
+    "PeerUnavailable",
+    "Peers",
+    "RecordStream",
+    "ReplicaFull",
+    "VersionRefused",
+]
 
 
 class PeerUnavailable(PeerError):
     """The peer's circuit is open: nothing was sent."""
+
+
+class VersionRefused(PeerError):
+    """The peer declined a record whose version is too far ahead of its clock (rule 8.4):
+    a verdict on that record, not on the peer, so a caller with other records to send
+    goes on with them."""
 
 
 # (outcome, seconds to the answer or None): one call to a peer ended, for the metrics.
@@ -338,6 +352,8 @@ def _unexpected(answer: Answer) -> PeerError:
     if isinstance(answer, Failed):
         if answer.why is Why.NO_SPACE:
             return ReplicaFull(f"declined for lack of space: {answer.reason}")
+        if answer.why is Why.VERSION_AHEAD:
+            return VersionRefused(f"declined: {answer.reason}")
         return PeerError(f"declined: {answer.reason}")
     return PeerError(f"answered {type(answer).__name__}")
 

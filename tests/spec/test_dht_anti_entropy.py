@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
+from dht.coordination.clock import version_at, wall_clock_ms
+from dht.replication.protocol import Stored
 from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
@@ -19,6 +22,7 @@ pytestmark = pytest.mark.dht
 # Hints off, so that only anti-entropy can heal; exchanges every half second.
 ANTI_ENTROPY_ONLY = ["--hint-max-bytes", "0", "--anti-entropy-interval", "0.5"]
 CONVERGE_WITHIN = 20.0
+HOUR = 3600
 
 
 def versions(records: dict[str, Record]) -> dict[str, tuple[int, bool]]:
@@ -172,3 +176,50 @@ def test_collected_tombstones_are_not_handed_back_and_forth(start_cluster: Clust
     # 0 in practice (21 when they were handed back); a few may race the writes' own
     # background replication.
     assert moved <= 5, f"{moved} records copied for {len(keys)} collected"
+
+
+@rule("9.9", "8.4")
+def test_a_record_the_peer_refuses_as_too_far_ahead_does_not_stop_the_rest_of_the_exchange(
+    tmp_path: Path,
+) -> None:
+    """A node whose clock is an hour ahead holds a record of its own time, which its peer
+    refuses (rule 8.4); the exchange goes on past it, both ways, and completes. Only the
+    ahead node starts exchanges, so nothing else can carry the other records across;
+    the refused key sorts first, so it is met before any of them. Such an exchange does
+    not let tombstones go (rule 9.10): the ahead node keeps one both hold, though it
+    has been dead past the grace on its clock for an hour."""
+    cluster = Cluster(tmp_path, 2, ["--hint-max-bytes", "0", "--tombstone-grace", "1"])
+    ahead, peer = cluster
+    ahead.extra_args += ["--clock-skew", str(HOUR), "--anti-entropy-interval", "0.5"]
+    peer.extra_args += ["--anti-entropy-interval", "0"]
+    try:
+        cluster.start()
+        future = Record.live(version_at(wall_clock_ms() + HOUR * 1000), b"from the future")
+        assert ahead.put_local("a-ahead", future) == Stored(1, True)
+        now = version_at(wall_clock_ms())
+        for node in cluster:
+            assert node.put_local("deleted", Record.deleted(now)) == Stored(1, True)
+        for index in range(10):
+            assert ahead.put_local(f"b-{index}", Record.live(now, b"v")) == Stored(1, True)
+            assert peer.put_local(f"c-{index}", Record.live(now, b"v")) == Stored(1, True)
+        for node, prefix in [(peer, "b-"), (ahead, "c-")]:
+            wait_for(
+                lambda n=node, p=prefix: len([k for k in n.local_records() if k.startswith(p)]),
+                lambda count: count == 10,
+                deadline=CONVERGE_WITHIN,
+            )
+        assert "a-ahead" not in peer.local_records()
+        exchanges = wait_for(
+            lambda: ahead.status()["peers"][peer.url]["anti_entropy"],
+            lambda stats: stats["exchanges"] >= 1 and stats["last_error"] is None,
+            deadline=CONVERGE_WITHIN,
+        )
+        assert exchanges["records_refused"] >= 1, exchanges
+        assert exchanges["records_sent"] >= 10 and exchanges["records_received"] >= 10
+        assert "refused by" in ahead.log_tail(50)
+        passes = ahead.status()["tombstones"]["passes"]
+        wait_for(lambda: ahead.status()["tombstones"]["passes"], lambda p: p >= passes + 4)
+        assert ahead.local_records()["deleted"].tombstone
+        assert ahead.status()["tombstones"]["collected"] == 0
+    finally:
+        cluster.stop()
