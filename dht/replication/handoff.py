@@ -16,6 +16,16 @@ back-pressure: a slow receiver slows the stream), batches are paced to `rate` re
 second, and a batch that a receiver did not take is sent again after a pause. After every
 batch the last key is saved (`handoff.json`), so a node killed mid-stream resumes after
 it, under the same membership step, instead of from the first key.
+
+A record a receiver refuses as too far ahead of its clock (rule 8.4) is not sent again
+in the pass: retried, it would hold the handoff, and the change, until the receiver's
+clock comes within reach of it, a year if the version says so. The record stays here,
+never deleted, and is counted (`kept`) and logged; the pass goes on and completes. No
+acknowledged write is at stake: nodes that enforce the bound never took it. In a stable
+step, where such a record is on a node that does not own it, the kept records are
+offered again after a pause that doubles up to `MAX_KEPT_PAUSE`, so each reaches its
+owners once their clocks allow it; a record this node still owns reaches the owner that
+refused it by anti-entropy, which offers it again at every exchange.
 """
 
 from __future__ import annotations
@@ -24,17 +34,17 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dht.coordination.membership import Membership, save_json
 from dht.coordination.ring import Ring
-from dht.coordination.topology import HANDOFF, JOINT, TopologyState
+from dht.coordination.topology import HANDOFF, JOINT, STABLE, TopologyState
 from dht.replication.anti_entropy import Pace
 from dht.replication.background import OwnedTask
 from dht.replication.merkle import holders
-from dht.replication.peers import PeerError, Peers
+from dht.replication.peers import PeerError, Peers, VersionRefused
 from dht.storage.disk import DiskFull
 from dht.storage.record import Record
 from dht.storage.store import Storage
@@ -46,6 +56,9 @@ BATCH_RECORDS = 128
 BATCH_BYTES = 1024 * 1024
 RETRY_PAUSE = 0.5
 MAX_RETRY_PAUSE = 5.0
+# Kept records (refused as too far ahead) are offered again after these pauses, doubling.
+KEPT_PAUSE = 1.0
+MAX_KEPT_PAUSE = 60.0
 
 
 @dataclass
@@ -53,6 +66,7 @@ class TargetProgress:
     records_sent: int = 0
     bytes_sent: int = 0
     failures: int = 0
+    refused: int = 0  # records it refused as too far ahead of its clock
     last_error: str | None = None
 
 
@@ -65,6 +79,8 @@ class Progress:
     done: bool = False
     scanned: int = 0
     deleted: int = 0
+    # Records of this pass that a receiver refused as too far ahead, kept here.
+    kept: int = 0
     targets: dict[str, TargetProgress] = field(default_factory=dict)
 
     @classmethod
@@ -104,6 +120,10 @@ class Handoff:
         self.progress = Progress.load(self._path)
         self.total = 0  # local records when the pass began
         self.streaming = False
+        # The keys behind `progress.kept` that this process met (a restart forgets them;
+        # its next full pass finds them again), and the pause before they are retried.
+        self._kept: set[bytes] = set()
+        self._kept_pause = KEPT_PAUSE
         self._wake = asyncio.Event()
         self._task = OwnedTask("handoff", self._run)
 
@@ -127,13 +147,21 @@ class Handoff:
             "scanned": progress.scanned,
             "remaining": max(0, self.total - progress.scanned) if self.streaming else 0,
             "deleted": progress.deleted,
+            "kept": progress.kept,
             "rate": self.rate,
             "targets": {url: asdict(entry) for url, entry in progress.targets.items()},
         }
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
+            retry = self._kept and self._membership.state.phase == STABLE
+            try:
+                async with asyncio.timeout(self._kept_pause if retry else None):
+                    await self._wake.wait()
+            except TimeoutError:
+                await self._offer_kept_again()
+                self._kept_pause = min(self._kept_pause * 2, MAX_KEPT_PAUSE)
+                continue
             self._wake.clear()
             state = self._membership.state
             if state.phase == JOINT:
@@ -143,7 +171,13 @@ class Handoff:
             elif self.progress.done:
                 self.progress.done = False  # woken again: another pass, from the start
                 self.progress.cursor = None
+            if self.progress.cursor is None:
+                self.progress.kept = 0
+                self._kept.clear()
+            self._kept_pause = KEPT_PAUSE
             await self._pass(state)
+            if self.progress.kept > len(self._kept):
+                self.wake()  # kept before a restart, which forgot the keys: look again
 
     async def _pass(self, state: TopologyState) -> None:
         topology = self._membership.topology  # the placement of `state`
@@ -166,7 +200,9 @@ class Handoff:
             while (batch := self._read_batch(start)) is not None:
                 scanned, last_key = batch
                 moves = [self._move(key, record, target, before) for key, record in scanned]
-                await self._send([move for move in moves if move is not None], pace)
+                kept = await self._send([move for move in moves if move is not None], pace)
+                self._kept |= kept
+                progress.kept += len(kept)
                 progress.scanned += len(scanned)
                 progress.cursor = last_key.hex()
                 save_json(self._path, asdict(progress))
@@ -189,6 +225,34 @@ class Handoff:
             seconds,
             sent / seconds if seconds else 0.0,
         )
+        if progress.kept:
+            log.warning(
+                "handoff (epoch %d): %d records kept here, refused by their new owners as "
+                "too far ahead of their clocks%s",
+                state.epoch,
+                progress.kept,
+                "; offered again later" if state.phase == STABLE else "",
+            )
+
+    async def _offer_kept_again(self) -> None:
+        """Sends the records kept after a refusal again (in a stable step, to the owners
+        of each that this node is not); the ones refused again stay kept."""
+        topology = self._membership.topology
+        moves = []
+        for key in sorted(self._kept):
+            record = self._storage.get(key)
+            move = None if record is None else self._move(key, record, topology.current, None)
+            if move is not None:
+                moves.append(move)
+        self._kept = set()
+        pace = Pace(self.rate)
+        for first in range(0, len(moves), BATCH_RECORDS):
+            self._kept |= await self._send(moves[first : first + BATCH_RECORDS], pace)
+        handed = len(moves) - len(self._kept)
+        self.progress.kept = len(self._kept)
+        save_json(self._path, asdict(self.progress))
+        if handed:
+            log.info("handoff: %d records kept after a refusal were taken now", handed)
 
     def _records_sent(self) -> int:
         return sum(entry.records_sent for entry in self.progress.targets.values())
@@ -220,9 +284,13 @@ class Handoff:
             return None
         return _Move(key, record, receivers, leaving)
 
-    async def _send(self, moves: list[_Move], pace: Pace) -> None:
-        """Every move of one batch, again and again until each receiver took it."""
+    async def _send(self, moves: list[_Move], pace: Pace) -> set[bytes]:
+        """Every move of one batch, to each receiver again and again until it took it,
+        except to a receiver that refused it as too far ahead of its clock; returns the
+        keys of those refused (kept here: a record some receiver lacks is not deleted)."""
         pause = RETRY_PAUSE
+        refused: dict[str, int] = {}  # receiver: records it refused in this batch
+        kept: set[bytes] = set()
         while moves:
             for _ in moves:
                 await pace.step()
@@ -232,26 +300,40 @@ class Handoff:
                 for url in move.receivers
             ]
             results = await asyncio.gather(*(call for _, _, call in calls), return_exceptions=True)
-            failed: set[int] = set()
+            again: dict[bytes, list[str]] = {}  # key: the receivers to send it to again
             for (move, url, _), result in zip(calls, results, strict=True):
                 entry = self.progress.targets.setdefault(url, TargetProgress())
-                if isinstance(result, BaseException):
-                    if not isinstance(result, PeerError):
-                        raise result
+                if isinstance(result, VersionRefused):
+                    entry.refused += 1
+                    entry.last_error = str(result)
+                    refused[url] = refused.get(url, 0) + 1
+                    kept.add(move.key)
+                elif isinstance(result, PeerError):
                     entry.failures += 1
                     entry.last_error = str(result)
-                    failed.add(id(move))
-                    continue
-                entry.records_sent += 1
-                entry.bytes_sent += len(move.key) + len(move.record.value)
+                    again.setdefault(move.key, []).append(url)
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    entry.records_sent += 1
+                    entry.bytes_sent += len(move.key) + len(move.record.value)
             for move in moves:
-                if move.leaving and id(move) not in failed:
+                if move.leaving and move.key not in again and move.key not in kept:
                     self._delete_if_unchanged(move)
-            moves = [move for move in moves if id(move) in failed]
+            moves = [
+                replace(move, receivers=again[move.key]) for move in moves if move.key in again
+            ]
             if moves:
                 log.info("handoff: %d records not taken yet; again in %.1f s", len(moves), pause)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, MAX_RETRY_PAUSE)
+        for url, count in refused.items():
+            log.warning(
+                "handoff: %s refused %d records as too far ahead of its clock; kept here",
+                url,
+                count,
+            )
+        return kept
 
     def _delete_if_unchanged(self, move: _Move) -> None:
         try:

@@ -587,6 +587,11 @@ def summary_lines(report: ChangeReport) -> list[str]:
         lines.append(
             f"  {url}: {report.sent[url]} records sent, {report.deleted.get(url, 0)} deleted"
         )
+    for url, kept in sorted(report.kept.items()):
+        lines.append(
+            f"  {url} still holds {kept} records its owners refused as too far ahead of "
+            "their clocks; it offers them again until they are taken (SPEC.md rule 13.2)"
+        )
     return lines
 
 

@@ -46,6 +46,9 @@ class ChangeReport:
     # Per node: records its handoffs sent (to every receiver) and deleted, both passes.
     sent: dict[str, int] = field(default_factory=dict)
     deleted: dict[str, int] = field(default_factory=dict)
+    # Per node: records its last handoff kept, refused by their owners as too far ahead
+    # of their clocks (SPEC 13.2); it offers them again until they are taken.
+    kept: dict[str, int] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -88,6 +91,13 @@ async def change_membership(
                     sent = sum(target["records_sent"] for target in handoff["targets"].values())
                     report.sent[url] = report.sent.get(url, 0) + sent
                     report.deleted[url] = report.deleted.get(url, 0) + handoff["deleted"]
+                    report.kept.pop(url, None)
+                    if kept := handoff.get("kept", 0):
+                        report.kept[url] = kept
+                        say(
+                            f"  {url} kept {kept} record{'' if kept == 1 else 's'} that the "
+                            "new owners refused as too far ahead of their clocks (see its log)"
+                        )
             report.step_seconds[step.phase] = time.monotonic() - began
         return report
 

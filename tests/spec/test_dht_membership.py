@@ -4,6 +4,8 @@ faults, are in chaos/test_membership.py."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -11,6 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from dht.config import NodeConfig
+from dht.coordination.clock import version_at, wall_clock_ms
+from dht.coordination.ring import Ring
+from dht.replication.protocol import Stored
+from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, request, run_module, wait_for
 from tests.spec.rules import rule
@@ -21,6 +28,7 @@ SECRET = "membership-secret"
 HEADERS = {"X-Dht-Secret": SECRET}
 CHANGE_TIMEOUT = 120.0
 HANDOFF_DEADLINE = 60.0
+HOUR = 3600
 
 
 def topology_url(base: str) -> str:
@@ -88,21 +96,27 @@ def test_a_read_asking_more_replicas_than_a_record_has_does_not_spread_it(
     assert [node for node in cluster if "one-copy" in node.local_records()] == holders
 
 
-@pytest.fixture
-def grown_by_one(tmp_path: Path) -> Iterator[Cluster]:
-    """Three nodes as a cluster holding 30 keys, and a fourth started with `--join`,
-    the change to all four not begun; stopped at the end."""
-    cluster = Cluster(tmp_path, 4)
+@contextlib.contextmanager
+def growing(cluster: Cluster) -> Iterator[Cluster]:
+    """The first three nodes of `cluster` as a cluster holding 30 keys (written through
+    the second and third), and a fourth started with `--join`, the change to all four
+    not begun; stopped at the end."""
     for node in cluster.nodes[:3]:
         node.topology = cluster.urls[:3]
     cluster.nodes[3].extra_args.append("--join")
     try:
         cluster.start()
         for index in range(30):
-            expect(cluster[index % 3].put(f"key-{index}", f"value {index}".encode()), 201)
+            expect(cluster[1 + index % 2].put(f"key-{index}", f"value {index}".encode()), 201)
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def grown_by_one(tmp_path: Path) -> Iterator[Cluster]:
+    with growing(Cluster(tmp_path, 4)) as cluster:
+        yield cluster
 
 
 def put_step_or_fail(node: Node, step: dict[str, object]) -> None:
@@ -151,3 +165,94 @@ def test_the_membership_command_resumes_from_the_least_advanced_node(
         assert handoff_done(node, 3), node.status()["membership"]
     for index in range(30):
         expect(cluster[3].get(f"key-{index}"), 200, f"value {index}".encode())
+
+
+def key_moving(cluster: Cluster, source: Node, receiver: Node) -> str:
+    """A key whose one copy sits on `source` among the first three nodes, and on
+    `receiver` once all four are members."""
+    old, new = Ring(cluster.urls[:3], NodeConfig.vnodes), Ring(cluster.urls, NodeConfig.vnodes)
+    for index in itertools.count():
+        key = f"ahead-{index}"
+        before, after = old.replicas_for(key.encode(), 1), new.replicas_for(key.encode(), 1)
+        if before == [source.url] and after == [receiver.url]:
+            return key
+    raise AssertionError("unreachable")
+
+
+@rule("13.2", "8.4")
+def test_a_record_its_new_owner_refuses_as_too_far_ahead_is_kept_and_the_change_completes(
+    tmp_path: Path,
+) -> None:
+    """A node whose clock is an hour ahead holds a record of its own time (written 1/1,
+    so it is the only copy), whose owner after the change is the joining node, which
+    refuses it (rule 8.4). The handoff keeps the record on the node that has it, reports
+    it, and completes; the change completes with every other key in place."""
+    cluster = Cluster(tmp_path, 4)
+    source, receiver = cluster[0], cluster[3]
+    source.extra_args += ["--clock-skew", str(HOUR)]
+    with growing(cluster):
+        key = key_moving(cluster, source, receiver)
+        future = Record.live(version_at(wall_clock_ms() + HOUR * 1000), b"future", copies=1)
+        assert source.put_local(key, future) == Stored(1, True)
+
+        result = run_module(
+            "dht",
+            "membership",
+            "--node",
+            cluster[1].url,
+            "--to",
+            ",".join(cluster.urls),
+            "--step-deadline",
+            "20",
+            timeout=CHANGE_TIMEOUT,
+        )
+        said = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        assert result.returncode == 0, said
+        assert f"{source.url} kept 1 record" in result.stdout, said
+        handoff = source.status()["membership"]["handoff"]
+        assert handoff["done"] and handoff["kept"] == 1, handoff
+        assert handoff["targets"][receiver.url]["refused"] >= 1, handoff
+        assert "too far ahead" in source.log_tail(100)
+        assert source.local_records()[key] == future  # kept, not deleted
+        assert key not in receiver.local_records()
+        for node in cluster:
+            assert node.status()["membership"]["phase"] == "stable"
+        for index in range(30):
+            expect(receiver.get(f"key-{index}"), 200, f"value {index}".encode())
+
+
+@rule("13.2", "8.4")
+def test_a_kept_record_reaches_its_owner_once_the_owners_clock_allows_it(
+    tmp_path: Path,
+) -> None:
+    """As above, but the record is only 30 s ahead and the bound is 5 s: refused during
+    the change, taken 25 s after it was written. The node that kept it offers it again
+    until then, and deletes its copy once the owner has it."""
+    cluster = Cluster(tmp_path, 4, ["--max-clock-drift", "5"])
+    source, receiver = cluster[0], cluster[3]
+    source.extra_args += ["--clock-skew", "30"]
+    with growing(cluster):
+        key = key_moving(cluster, source, receiver)
+        future = Record.live(version_at(wall_clock_ms() + 30_000), b"soon", copies=1)
+        assert source.put_local(key, future) == Stored(1, True)
+        result = run_module(
+            "dht",
+            "membership",
+            "--node",
+            cluster[1].url,
+            "--to",
+            ",".join(cluster.urls),
+            timeout=CHANGE_TIMEOUT,
+        )
+        assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        refused = source.status()["membership"]["handoff"]["targets"][receiver.url]["refused"]
+        assert refused >= 1, "the change took so long that the record was no longer ahead"
+
+        taken = wait_for(
+            lambda: receiver.local_records().get(key),
+            lambda record: record is not None,
+            deadline=90.0,
+        )
+        assert taken == future
+        wait_for(lambda: key in source.local_records(), lambda held: not held, deadline=10.0)
+        assert source.status()["membership"]["handoff"]["kept"] == 0
