@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from dht.config import NodeConfig, normalize_url, parse_route, resolve_self
+from dht.config import MAX_SECRET_BYTES, NodeConfig, normalize_url, parse_route, resolve_self
 
 _DEFAULTS = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,6 +59,12 @@ def port_or_zero(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("must be a port number, 1 to 65535, or 0 for none")
     return value
+
+
+def cluster_secret(text: str) -> str:
+    if len(text.encode()) > MAX_SECRET_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECRET_BYTES} bytes")
+    return text
 
 
 def node_url(text: str) -> str:
@@ -197,10 +203,11 @@ def add_node_settings(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--secret",
+        type=cluster_secret,
         default=os.environ.get("DHT_SECRET"),
-        help="cluster secret that node-to-node traffic must carry (default: $DHT_SECRET; "
-        "`node` without one accepts replica writes from anyone who reaches its port; "
-        "`cluster` generates one)",
+        help="cluster secret that node-to-node traffic must carry, up to 1 KiB (default: "
+        "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
+        "its port; `cluster` generates one)",
     )
     parser.add_argument(
         "--max-clock-drift",

@@ -7,6 +7,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
+# The longest cluster secret: it travels in the replica channel's HELLO, which a node
+# reads only up to a few KiB from a peer it does not know yet (SPEC.md rule 11.6).
+MAX_SECRET_BYTES = 1024
 
 
 @dataclass(frozen=True)

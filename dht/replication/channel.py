@@ -12,7 +12,8 @@ again.
 Server end (`ServerConnection`): answers calls synchronously from storage (a LevelDB
 point operation each), so a batch of requests that arrived together is answered in one
 write, with no task per call. When the client stops reading, the server stops reading
-from it too.
+from it too. Until its HELLO is admitted a connection is a stranger's: it may send one
+small HELLO and nothing else, within a deadline (`dht.replication.handshakes`).
 
 Large messages are cut into fragments (`FRAGMENT_BYTES`); complete small frames are
 always written before the next fragment, and fragments enter the transport only while
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
+from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import (
     PREFACE,
     Answer,
@@ -327,25 +329,33 @@ class ServerConnection(_Connection):
         live: set[ServerConnection],
         garbage: RateLimitedLog,
         budget: Budget | None = None,
+        handshakes: Handshakes | None = None,
     ) -> None:
+        """`handshakes`, when given, bounds how long and how many connections may wait
+        for their HELLO."""
         super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget))
         self._budget = budget
         self._service = service
         self._live = live
         self._garbage = garbage
+        self._handshakes = handshakes
         self._refused = False
-        self._peer = "?"
+        self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._live.add(self)
         peername = transport.get_extra_info("peername")
         if peername:
-            self._peer = f"{peername[0]}:{peername[1]}"
+            self.peer = f"{peername[0]}:{peername[1]}"
+        if self._handshakes is not None:
+            self._handshakes.begin(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._live.discard(self)
+        if self._handshakes is not None:
+            self._handshakes.end(self)
         self.codec.release_partials()
 
     def data_received(self, data: bytes) -> None:
@@ -358,7 +368,7 @@ class ServerConnection(_Connection):
                 self._answer(event, self.codec.held)
         except ProtocolError as exc:
             self._garbage.warning(
-                "garbage", "replica channel from %s sent garbage (%s): closing it", self._peer, exc
+                "garbage", "replica channel from %s sent garbage (%s): closing it", self.peer, exc
             )
             self.abort()
             return
@@ -380,12 +390,18 @@ class ServerConnection(_Connection):
                 else RecordFound(event.call_id, record)
             )
         elif isinstance(event, Hello):
+            if self._handshakes is not None:
+                self._handshakes.end(self)  # welcomed, or closed after its refusal
             reason = self._service.admit(event)
             if reason is None:
                 self.send(Welcome())
                 return
-            log.warning(
-                "refused a replica channel from %s (%s): %s", event.sender, self._peer, reason
+            self._garbage.warning(  # anyone can send a HELLO: a flood logs a few lines
+                "refused",
+                "refused a replica channel from %s (%s): %s",
+                event.sender,
+                self.peer,
+                reason,
             )
             self._refused = True
             self.send(Refused(reason))

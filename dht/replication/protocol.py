@@ -11,7 +11,14 @@ start an HTTP request, so the node's one port serves both HTTP and this channel.
 Every frame: body length (u32), op (u8, high bit `MORE` = more fragments follow), call
 id (u32), body. A message whose body is larger than `FRAGMENT_BYTES` travels as several
 frames with the same op and call id, so a large value can be interleaved with small
-calls instead of holding them behind it. Call id 0 is the handshake.
+calls instead of holding them behind it; no frame's body is larger. Call id 0 is the
+handshake.
+
+Before the handshake is done a peer is nobody: its first frame must be the opening one
+(HELLO to a server; WELCOME or REFUSED to a client), in one frame of at most
+`HANDSHAKE_BYTES`. A frame is judged by its header (op, call id, length) before any of
+its body is buffered, so a stranger can make a receiver hold a few KiB at most, and
+nothing of the byte budget.
 
 | op | from | body |
 | --- | --- | --- |
@@ -40,6 +47,9 @@ PROTOCOL_VERSION = 1
 PREFACE = b"\x00dht-replica\r\n"
 FRAGMENT_BYTES = 64 * 1024
 HANDSHAKE_CALL = 0
+# The largest body of a HELLO, WELCOME or REFUSED: a HELLO with a 1 KiB secret and the
+# longest host name fits with room to spare.
+HANDSHAKE_BYTES = 4 * 1024
 
 _FRAME = struct.Struct(">IBI")
 _MORE = 0x80
@@ -221,13 +231,11 @@ class ReplicaCodec:
             if len(buffer) < _FRAME.size:
                 return None
             length, op_byte, call_id = _FRAME.unpack_from(buffer)
-            if length > self._max_message:
-                raise ProtocolError(f"frame of {length} bytes is over the message limit")
+            op = self._check_header(length, op_byte, call_id)
+            more = bool(op_byte & _MORE)
             end = _FRAME.size + length
             if len(buffer) < end:
                 return None
-            op = self._check_op(op_byte & ~_MORE)
-            more = bool(op_byte & _MORE)
             self.held = 0
             if not more and call_id not in self._fragments and call_id not in self._dropped:
                 with memoryview(buffer) as view:
@@ -263,12 +271,26 @@ class ReplicaCodec:
         self._preface_pending = False
         return True
 
-    def _check_op(self, value: int) -> Op:
-        op = _OPS.get(value)  # a dict: Op(value) costs a microsecond per frame
+    def _check_header(self, length: int, op_byte: int, call_id: int) -> Op:
+        """The frame's op, once its header alone shows it may be read: none of its body
+        is buffered before."""
+        if length > self._max_message:
+            raise ProtocolError(f"frame of {length} bytes is over the message limit")
+        op = _OPS.get(op_byte & ~_MORE)  # a dict: Op(value) costs a microsecond per frame
         if op is None:
-            raise ProtocolError(f"unknown op {value}")
+            raise ProtocolError(f"unknown op {op_byte & ~_MORE}")
         if op not in self._expected:
             raise ProtocolError(f"op {op.name} is not expected here by the {self.role.value}")
+        if self._expected is not _OPENING[self.role]:
+            if length > FRAGMENT_BYTES:
+                raise ProtocolError(f"frame of {length} bytes is over a fragment")
+            return op
+        if op_byte & _MORE:
+            raise ProtocolError(f"{op.name} in fragments (call id {call_id})")
+        if call_id != HANDSHAKE_CALL:
+            raise ProtocolError(f"{op.name} with call id {call_id}")
+        if length > HANDSHAKE_BYTES:
+            raise ProtocolError(f"{op.name} of {length} bytes is over the handshake limit")
         return op
 
     def _admitted(self, call_id: int, parts: bytearray, adding: int) -> bool:
@@ -307,8 +329,6 @@ class ReplicaCodec:
         except (struct.error, UnicodeDecodeError, CorruptRecord) as exc:
             raise ProtocolError(f"malformed {op.name}: {exc}") from exc
         if op in _OPENING[self.role]:
-            if call_id != HANDSHAKE_CALL:
-                raise ProtocolError(f"{op.name} with call id {call_id}")
             self._expected = _AFTERWARDS[self.role]
         return event
 
@@ -319,6 +339,8 @@ class ReplicaCodec:
         if not isinstance(event, _SENDS[self.role]):
             raise ChannelMisuse(f"a {self.role.value} does not send {type(event).__name__}")
         op, call_id, head, value = _encode(event)
+        if isinstance(event, Hello | Welcome | Refused) and len(head) > HANDSHAKE_BYTES:
+            raise ChannelMisuse(f"{op.name} of {len(head)} bytes is over the handshake limit")
         if isinstance(event, Hello):
             if self._hello_sent:
                 raise ChannelMisuse("HELLO was sent already")
@@ -327,16 +349,16 @@ class ReplicaCodec:
         size = len(head) + len(value)
         if size <= FRAGMENT_BYTES:
             return [(_FRAME.pack(size, op, call_id) + head + value,)]
+        # The body (head, then value) cut every FRAGMENT_BYTES; a head longer than a
+        # fragment (a PUT of the longest key) is cut too.
         view = memoryview(value)
-        first = max(0, FRAGMENT_BYTES - len(head))
-        starts = [0, *range(first, len(value), FRAGMENT_BYTES)]
-        ends = [*starts[1:], len(value)]
         frames: list[Frame] = []
-        for index, (start, end) in enumerate(zip(starts, ends, strict=True)):
-            prefix = head if index == 0 else b""
-            flags = _MORE if end < len(value) else 0
-            header = _FRAME.pack(len(prefix) + end - start, op | flags, call_id)
-            frames.append((header + prefix, view[start:end]))
+        for start in range(0, size, FRAGMENT_BYTES):
+            end = min(start + FRAGMENT_BYTES, size)
+            flags = _MORE if end < size else 0
+            header = _FRAME.pack(end - start, op | flags, call_id)
+            in_value = view[max(start - len(head), 0) : max(end - len(head), 0)]
+            frames.append((header + head[start:end], in_value))
         return frames
 
 

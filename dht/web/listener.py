@@ -14,6 +14,7 @@ import logging
 from aiohttp import web
 
 from dht.replication.channel import ProtocolSniffer, ReplicaService, ServerConnection
+from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import Budget
 from dht.web.log_limits import RateLimitedLog
 
@@ -46,10 +47,11 @@ class SharedPortSite(web.BaseSite):
         http = self._runner.server
         assert http is not None
         garbage = RateLimitedLog(logging.getLogger("dht.replication.channel"))
+        handshakes = Handshakes(garbage)
 
         def channel() -> ServerConnection:
             return ServerConnection(
-                self._service, self._max_message, self.channels, garbage, self._budget
+                self._service, self._max_message, self.channels, garbage, self._budget, handshakes
             )
 
         self._server = await asyncio.get_running_loop().create_server(

@@ -84,6 +84,7 @@ BAD_FLAGS = {
     "port-not-a-number": (["--port", "abc"], "--port"),
     "port-out-of-range": (["--port", "70000"], "--port"),
     "timeout-zero": (["--timeout", "0"], "--timeout"),
+    "secret-over-1-KiB": (["--secret", "s" * 1025], "--secret"),
     "unknown-flag": (["--bogus"], "--bogus"),
 }
 

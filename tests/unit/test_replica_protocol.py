@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from dht.replication.protocol import (
     FRAGMENT_BYTES,
+    HANDSHAKE_BYTES,
     PREFACE,
     PROTOCOL_VERSION,
     ChannelMisuse,
@@ -266,3 +268,64 @@ def test_partials_cut_off_by_the_connection_end_give_their_bytes_back() -> None:
     assert budget.in_flight > 0
     server.release_partials()
     assert budget.in_flight == 0
+
+
+# -- before the handshake: one small HELLO, judged from its frame header ----------------
+
+
+def header(length: int, op: int, call_id: int) -> bytes:
+    return struct.pack(">IBI", length, op, call_id)
+
+
+@pytest.mark.parametrize(
+    ("opening", "reason"),
+    [
+        pytest.param(header(4000, 5, 1), "PUT is not expected", id="a call before HELLO"),
+        pytest.param(header(HANDSHAKE_BYTES + 1, 1, 0), "handshake", id="a HELLO too long"),
+        pytest.param(header(100, 0x81, 0), "fragment", id="a HELLO in fragments"),
+        pytest.param(header(100, 0x81, 7), "fragment", id="HELLO fragments of another call"),
+        pytest.param(header(100, 1, 5), "call id 5", id="a HELLO with a call id"),
+    ],
+)
+def test_before_hello_a_server_judges_a_frame_by_its_header_before_buffering_its_body(
+    opening: bytes, reason: str
+) -> None:
+    budget = FakeBudget(1 << 30)
+    server = ReplicaCodec(Role.SERVER, LIMIT, budget)
+    server.receive_data(PREFACE + opening)  # the header alone: none of the body came
+    with pytest.raises(ProtocolError, match=reason):
+        server.next_event()
+    assert budget.in_flight == 0
+
+
+def test_a_client_judges_the_answer_to_its_hello_by_its_header_too() -> None:
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    client.receive_data(header(HANDSHAKE_BYTES + 1, 3, 0))  # a REFUSED too long to be one
+    with pytest.raises(ProtocolError, match="handshake"):
+        client.next_event()
+
+
+def test_the_largest_hello_a_node_sends_fits_the_handshake_limit() -> None:
+    hello = Hello(PROTOCOL_VERSION, "http://" + "h" * 253 + ":65535", "f" * 16, "s" * 1024)
+    client, server = ReplicaCodec(Role.CLIENT, LIMIT), ReplicaCodec(Role.SERVER, LIMIT)
+    assert deliver(client.send(hello), server) == [hello]
+    with pytest.raises(ChannelMisuse, match="handshake"):
+        ReplicaCodec(Role.CLIENT, LIMIT).send(dataclasses.replace(hello, secret="s" * 4096))
+
+
+# -- after it: no frame over a fragment ------------------------------------------------
+
+
+def test_a_frame_over_a_fragment_is_refused_from_its_header() -> None:
+    _, server = pair()
+    server.receive_data(header(FRAGMENT_BYTES + 1, 5, 1))
+    with pytest.raises(ProtocolError, match="fragment"):
+        server.next_event()
+
+
+def test_a_put_with_a_key_longer_than_a_fragment_still_travels_in_fragments() -> None:
+    client, server = pair()
+    put = PutRecord(1, b"k" * (FRAGMENT_BYTES + 5000), Record.live(3, b"v" * 100_000))
+    frames = client.send(put)
+    assert all(sum(len(part) for part in frame) <= FRAGMENT_BYTES + 9 for frame in frames)
+    assert deliver(frames, server) == [put]
