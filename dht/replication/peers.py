@@ -75,6 +75,9 @@ class Peer:
         # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
         self.observe_call: CallObserver = _unobserved
         self.timeout = config.timeout
+        # The longest key and record a range stream may carry: a frame claiming more is
+        # not believed (nor its length allocated).
+        self._longest = (config.max_key_bytes, config.max_value_bytes + MESSAGE_OVERHEAD)
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
         self._hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
         self.channel = ReplicaChannel(
@@ -186,7 +189,7 @@ class Peer:
                 raise PeerError(f"{self.url}: range answered {response.status}")
             return response
 
-        return RecordStream(self.url, await self._guarded(request), self.timeout)
+        return RecordStream(self.url, await self._guarded(request), self.timeout, *self._longest)
 
     async def post_json(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
         """One internal JSON request (anti-entropy's), under the breaker and deadline."""
@@ -358,14 +361,28 @@ def _unexpected(answer: Answer) -> PeerError:
     return PeerError(f"answered {type(answer).__name__}")
 
 
+class OversizedFrame(ValueError):
+    """A range stream frame claims a key or record longer than any node may hold."""
+
+
 class RecordStream:
     """A peer's local range being read: async-iterates (key, record) frames; `aclose`
-    releases the connection, even when iteration never started."""
+    releases the connection, even when iteration never started. A frame's lengths are
+    checked against `max_key` and `max_record` before anything of that length is read."""
 
-    def __init__(self, url: str, response: aiohttp.ClientResponse, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        response: aiohttp.ClientResponse,
+        timeout: float,
+        max_key: int,
+        max_record: int,
+    ) -> None:
         self._url = url
         self._response = response
         self.timeout = timeout
+        self._max_key = max_key
+        self._max_record = max_record
 
     def __aiter__(self) -> RecordStream:
         return self
@@ -381,21 +398,28 @@ class RecordStream:
                         raise
                     await self.aclose()  # a clean end between frames
                     raise StopAsyncIteration from None
-                (key_length,) = FRAME_LENGTH.unpack(header)
+                key_length = _length(header, self._max_key, "key")
                 key = await content.readexactly(key_length)
-                (data_length,) = FRAME_LENGTH.unpack(await content.readexactly(FRAME_LENGTH.size))
-                data = await content.readexactly(data_length)
+                raw_length = await content.readexactly(FRAME_LENGTH.size)
+                data = await content.readexactly(_length(raw_length, self._max_record, "record"))
                 record = decode(data)
         except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
             await self.aclose()
             raise PeerError(f"{self._url}: range stream failed: {exc!r}") from exc
-        except CorruptRecord as exc:
+        except (CorruptRecord, OversizedFrame) as exc:
             await self.aclose()
             raise PeerError(f"{self._url}: bad record in range stream: {exc}") from exc
         return key, record
 
     async def aclose(self) -> None:
         self._response.close()
+
+
+def _length(raw: bytes, longest: int, what: str) -> int:
+    length: int = FRAME_LENGTH.unpack(raw)[0]
+    if length > longest:
+        raise OversizedFrame(f"a {what} of {length} bytes, over the largest possible ({longest})")
+    return length
 
 
 class Peers:
