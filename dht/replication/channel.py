@@ -18,6 +18,8 @@ small HELLO and nothing else, within a deadline (`dht.replication.handshakes`).
 Large messages are cut into fragments (`FRAGMENT_BYTES`); complete small frames are
 always written before the next fragment, and fragments enter the transport only while
 it is below its high-water mark, so a 16 MiB value never holds small calls behind it.
+A large record the server answers with is weighed against the node's byte budget until
+its last fragment is written out; past the budget the call is declined instead.
 
 `ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
 byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
@@ -31,6 +33,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
@@ -84,17 +87,29 @@ class ReplicaFull(PeerError):
     """The replica declined a write: its volume is below its free-space reserve."""
 
 
+@dataclass(slots=True, eq=False)
+class _Outgoing:
+    """A large message on its way out, fragment by fragment. Its value stays in memory
+    (the fragments are views of it) until the last fragment is written; `charged` says
+    the byte budget counts its `size` until then."""
+
+    fragments: deque[Frame]
+    size: int
+    charged: bool = False
+
+
 class _Connection(asyncio.Protocol):
     """What both ends share: a codec, and writes batched per loop iteration with large
     messages fed in fragments behind the small ones."""
 
-    def __init__(self, codec: ReplicaCodec) -> None:
+    def __init__(self, codec: ReplicaCodec, budget: Budget | None = None) -> None:
         self.codec = codec
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_received = 0.0
+        self._budget = budget
         self._urgent: list[bytes | memoryview] = []
-        self._bulk: deque[deque[Frame]] = deque()
+        self._bulk: deque[_Outgoing] = deque()
         self._flush_scheduled = False
         self._paused = False
 
@@ -106,18 +121,31 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._urgent.clear()
-        self._bulk.clear()
+        unsent, self._bulk = self._bulk, deque()
+        for message in unsent:
+            self._let_go(message)
 
-    def send(self, event: Hello | Request | Answer | Welcome | Refused) -> None:
-        """Queues `event`; it leaves with everything else queued in this loop iteration."""
+    def send(
+        self, event: Hello | Request | Answer | Welcome | Refused, weighed: bool = False
+    ) -> bool:
+        """Queues `event`; it leaves with everything else queued in this loop iteration.
+        `weighed`: a large message is admitted against the byte budget first, and holds
+        its bytes until written out; False (nothing queued) when the budget refuses."""
         frames = self.codec.send(event)
         if len(frames) == 1:
             self._urgent.extend(frames[0])
         else:
-            self._bulk.append(deque(frames))
+            size = sum(len(part) for frame in frames for part in frame)
+            message = _Outgoing(deque(frames), size)
+            if weighed and self._budget is not None:
+                if not self._budget.acquire(size):
+                    return False
+                message.charged = True
+            self._bulk.append(message)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
+        return True
 
     def flush(self) -> None:
         self._flush_scheduled = False
@@ -129,12 +157,18 @@ class _Connection(asyncio.Protocol):
             self._urgent = []
         bulk = self._bulk
         while bulk and not self._paused:
-            fragments = bulk[0]
-            transport.writelines(fragments.popleft())
-            if fragments:
+            message = bulk[0]
+            transport.writelines(message.fragments.popleft())
+            if message.fragments:
                 bulk.rotate(-1)  # round robin between large messages
             else:
-                bulk.popleft()
+                self._let_go(bulk.popleft())
+
+    def _let_go(self, message: _Outgoing) -> None:
+        """`message` is written out, or never will be: the budget has its bytes back."""
+        if message.charged and self._budget is not None:
+            message.charged = False
+            self._budget.release(message.size)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -333,8 +367,7 @@ class ServerConnection(_Connection):
     ) -> None:
         """`handshakes`, when given, bounds how long and how many connections may wait
         for their HELLO."""
-        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget))
-        self._budget = budget
+        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget), budget)
         self._service = service
         self._live = live
         self._garbage = garbage
@@ -384,11 +417,10 @@ class ServerConnection(_Connection):
             self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
         elif isinstance(event, GetRecord):
             record = self._service.rpc_get(event.key)
-            self.send(
-                RecordAbsent(event.call_id)
-                if record is None
-                else RecordFound(event.call_id, record)
-            )
+            if record is None:
+                self.send(RecordAbsent(event.call_id))
+            elif not self.send(RecordFound(event.call_id, record), weighed=True):
+                self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
         elif isinstance(event, Hello):
             if self._handshakes is not None:
                 self._handshakes.end(self)  # welcomed, or closed after its refusal

@@ -9,7 +9,16 @@ import socket
 import pytest
 
 from dht.coordination.clock import version_at, wall_clock_ms
-from dht.replication.protocol import Failed, PutRecord, ReplicaCodec, Stored, Welcome, Why
+from dht.replication.protocol import (
+    Failed,
+    GetRecord,
+    PutRecord,
+    RecordFound,
+    ReplicaCodec,
+    Stored,
+    Welcome,
+    Why,
+)
 from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
@@ -123,3 +132,33 @@ def test_a_replica_write_past_the_byte_budget_is_declined_unread_on_the_channel(
     assert node.get("second").status == 404
     first.close()
     second.close()
+
+
+@rule("7.7")
+def test_large_records_a_replica_sends_are_weighed_against_its_byte_budget(
+    start_cluster: ClusterFactory,
+) -> None:
+    """Many replica reads of a large record at once, from a reader that reads nothing
+    yet: the node holds the answers it has not written out within its budget, and
+    declines the rest (FAILED, over the byte budget) instead of holding them all."""
+    budget, reads = 4 * MiB, 32
+    node = start_cluster(1, ["--max-in-flight-bytes", str(budget)])[0]
+    value = bytes(range(256)) * (2 * MiB // 256)
+    assert node.put("large", value).status == 201
+    sock, codec = open_channel(node)
+    send_frames(
+        sock, [frame for i in range(reads) for frame in codec.send(GetRecord(i + 1, b"large"))]
+    )
+    status = wait_for(node.status, lambda status: status["byte_budget_refusals"] > 0)
+    assert status["bytes_in_flight"] <= budget, status  # the rest went out, or never came
+
+    answers = [next_answer(sock, codec) for _ in range(reads)]
+    found = [answer for answer in answers if isinstance(answer, RecordFound)]
+    declined = [answer for answer in answers if isinstance(answer, Failed)]
+    assert found and declined and len(found) + len(declined) == reads, answers
+    assert all(answer.record.value == value for answer in found)
+    assert all(answer.why is Why.OVERLOADED for answer in declined), declined
+    assert wait_for(lambda: in_flight(node), lambda held: held == 0) == 0
+    sock.close()
+    assert node.get("large").body == value  # the node serves on
+    assert node.put("after", value).status == 201
