@@ -66,7 +66,11 @@ class Node:
             else TopologyState(0, STABLE, config.cluster)
         )
         self.membership = Membership(config.data_dir, seed, config.vnodes)
-        self.peers = Peers(config, self.membership.state.members, self.membership.identity)
+        keep_large_buffers_out_of_the_heap()
+        self.budget = ByteBudget(config.max_in_flight_bytes)
+        self.peers = Peers(
+            config, self.membership.state.members, self.membership.identity, self.budget
+        )
         self.hints = HintStore(
             self.storage.hints,
             self.storage.disk,
@@ -89,8 +93,6 @@ class Node:
         )
         self.internal.on_stored = self._hand_off_if_not_owned
         self.anti_entropy, self.collector = self._repair_loops()
-        keep_large_buffers_out_of_the_heap()
-        self.budget = ByteBudget(config.max_in_flight_bytes)
         self.ring_share = self.membership.topology.current.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
         admin = MembershipApi(self.membership, self.apply_step, self.internal.guard)

@@ -19,7 +19,10 @@ Large messages are cut into fragments (`FRAGMENT_BYTES`); complete small frames 
 always written before the next fragment, and fragments enter the transport only while
 it is below its high-water mark, so a 16 MiB value never holds small calls behind it.
 A large record the server answers with is weighed against the node's byte budget until
-its last fragment is written out; past the budget the call is declined instead.
+its last fragment is written out; past the budget the call is declined instead. A large
+write the client gave up on (its deadline passed) is dropped if none of it has left;
+if some has, the replica needs the rest to finish the message, so it goes on, and the
+budget counts the value it pins until the last fragment is out.
 
 `ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
 byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
@@ -39,6 +42,7 @@ from urllib.parse import urlsplit
 
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import (
+    HANDSHAKE_CALL,
     PREFACE,
     Answer,
     Budget,
@@ -93,8 +97,10 @@ class _Outgoing:
     (the fragments are views of it) until the last fragment is written; `charged` says
     the byte budget counts its `size` until then."""
 
+    call_id: int
     fragments: deque[Frame]
     size: int
+    started: bool = False  # a fragment of it has been written
     charged: bool = False
 
 
@@ -110,6 +116,7 @@ class _Connection(asyncio.Protocol):
         self._budget = budget
         self._urgent: list[bytes | memoryview] = []
         self._bulk: deque[_Outgoing] = deque()
+        self._sending: dict[int, _Outgoing] = {}  # the bulk by call id
         self._flush_scheduled = False
         self._paused = False
 
@@ -122,6 +129,7 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self._urgent.clear()
         unsent, self._bulk = self._bulk, deque()
+        self._sending.clear()
         for message in unsent:
             self._let_go(message)
 
@@ -135,13 +143,17 @@ class _Connection(asyncio.Protocol):
         if len(frames) == 1:
             self._urgent.extend(frames[0])
         else:
+            call_id = (
+                HANDSHAKE_CALL if isinstance(event, Hello | Welcome | Refused) else event.call_id
+            )
             size = sum(len(part) for frame in frames for part in frame)
-            message = _Outgoing(deque(frames), size)
+            message = _Outgoing(call_id, deque(frames), size)
             if weighed and self._budget is not None:
                 if not self._budget.acquire(size):
                     return False
                 message.charged = True
             self._bulk.append(message)
+            self._sending[call_id] = message
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -159,13 +171,30 @@ class _Connection(asyncio.Protocol):
         while bulk and not self._paused:
             message = bulk[0]
             transport.writelines(message.fragments.popleft())
+            message.started = True
             if message.fragments:
                 bulk.rotate(-1)  # round robin between large messages
             else:
                 self._let_go(bulk.popleft())
 
+    def abandon(self, call_id: int) -> None:
+        """No one waits for call `call_id` any more: its large message, if one is still
+        queued, is dropped when none of it has left; else the rest must follow (the
+        peer needs the whole message), and the budget counts it until it has."""
+        message = self._sending.get(call_id)
+        if message is None:
+            return
+        if not message.started:
+            self._bulk.remove(message)
+            self._let_go(message)
+        elif not message.charged and self._budget is not None:
+            self._budget.hold(message.size)
+            message.charged = True
+
     def _let_go(self, message: _Outgoing) -> None:
         """`message` is written out, or never will be: the budget has its bytes back."""
+        if self._sending.get(message.call_id) is message:
+            del self._sending[message.call_id]
         if message.charged and self._budget is not None:
             message.charged = False
             self._budget.release(message.size)
@@ -196,9 +225,15 @@ class ClientConnection(_Connection):
     no round trip of its own."""
 
     def __init__(
-        self, peer: str, max_message_bytes: int, on_handshake: Callable[[str | None], None]
+        self,
+        peer: str,
+        max_message_bytes: int,
+        on_handshake: Callable[[str | None], None],
+        budget: Budget | None = None,
     ) -> None:
-        super().__init__(ReplicaCodec(Role.CLIENT, max_message_bytes))
+        """`budget`, when given, counts the large writes given up on midway until they
+        have left (`abandon`)."""
+        super().__init__(ReplicaCodec(Role.CLIENT, max_message_bytes), budget)
         self.peer = peer
         self._on_handshake = on_handshake
         self._calls: dict[int, OnAnswer] = {}
@@ -215,6 +250,7 @@ class ClientConnection(_Connection):
     def forget(self, call_id: int) -> None:
         """The caller no longer wants this call's answer (its deadline passed)."""
         self._calls.pop(call_id, None)
+        self.abandon(call_id)
 
     def data_received(self, data: bytes) -> None:
         self.last_received = asyncio.get_running_loop().time()
@@ -254,8 +290,16 @@ class ReplicaChannel:
     `deadline_missed` so a silent connection is torn down."""
 
     def __init__(
-        self, peer: str, dial_url: str, hello: Hello, max_message_bytes: int, timeout: float
+        self,
+        peer: str,
+        dial_url: str,
+        hello: Hello,
+        max_message_bytes: int,
+        timeout: float,
+        budget: Budget | None = None,
     ) -> None:
+        """`budget`: the node's byte budget, which counts the large writes given up on
+        midway until they have left."""
         self.peer = peer
         parts = urlsplit(dial_url)
         self._host = parts.hostname or "127.0.0.1"
@@ -263,6 +307,7 @@ class ReplicaChannel:
         self.hello = hello  # presented by the next connection
         self._max_message = max_message_bytes
         self._timeout = timeout
+        self._budget = budget
         self._connection: ClientConnection | None = None
         self._dialling: asyncio.Task[None] | None = None
         self._waiting: list[tuple[Callable[[int], Request], OnAnswer]] = []
@@ -312,7 +357,9 @@ class ReplicaChannel:
         try:
             async with asyncio.timeout(self._timeout):
                 _, connection = await loop.create_connection(
-                    lambda: ClientConnection(self.peer, self._max_message, self._handshake),
+                    lambda: ClientConnection(
+                        self.peer, self._max_message, self._handshake, self._budget
+                    ),
                     self._host,
                     self._port,
                 )

@@ -22,6 +22,7 @@ from dht.replication.protocol import (
     MESSAGE_OVERHEAD,
     PROTOCOL_VERSION,
     Answer,
+    Budget,
     Failed,
     GetRecord,
     Hello,
@@ -70,7 +71,11 @@ def _unobserved(outcome: str, seconds: float | None) -> None:
 
 
 class Peer:
-    def __init__(self, url: str, config: NodeConfig, ring_identity: str) -> None:
+    def __init__(
+        self, url: str, config: NodeConfig, ring_identity: str, budget: Budget | None = None
+    ) -> None:
+        """`budget`: the node's byte budget, which counts a large write given up on
+        midway until its last fragments have left."""
         self.url = url
         # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
         self.observe_call: CallObserver = _unobserved
@@ -86,6 +91,7 @@ class Peer:
             self._hello,
             config.max_value_bytes + MESSAGE_OVERHEAD,
             config.timeout,
+            budget,
         )
         headers = {RING_HEADER: ring_identity}
         if config.secret:
@@ -425,8 +431,15 @@ def _length(raw: bytes, longest: int, what: str) -> int:
 class Peers:
     """Every other node of the membership, by URL."""
 
-    def __init__(self, config: NodeConfig, nodes: Iterable[str], ring_identity: str) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        nodes: Iterable[str],
+        ring_identity: str,
+        budget: Budget | None = None,
+    ) -> None:
         self._config = config
+        self._budget = budget
         self.by_url: dict[str, Peer] = {}
         self.ensure(nodes, ring_identity)
 
@@ -436,7 +449,7 @@ class Peers:
         added = []
         for url in nodes:
             if url != self._config.self_url and url not in self.by_url:
-                self.by_url[url] = peer = Peer(url, self._config, ring_identity)
+                self.by_url[url] = peer = Peer(url, self._config, ring_identity, self._budget)
                 added.append(peer)
         for peer in self.by_url.values():
             peer.set_identity(ring_identity)

@@ -85,9 +85,12 @@ _OPS = {op.value: op for op in Op}
 
 
 class Budget(Protocol):
-    """Bytes a receiver holds at once (`dht.web.admission.ByteBudget`)."""
+    """Bytes a node holds at once (`dht.web.admission.ByteBudget`)."""
 
     def acquire(self, size: int, held: int = 0) -> bool: ...
+
+    def hold(self, size: int) -> None:
+        """Counts `size` bytes held already, which cannot be declined."""
 
     def release(self, size: int) -> None: ...
 

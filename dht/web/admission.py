@@ -76,6 +76,11 @@ class ByteBudget:
         self.in_flight += size
         return True
 
+    def hold(self, size: int) -> None:
+        """Counts `size` bytes that are held already and cannot be declined: a large
+        replica write given up on midway, whose last fragments still have to leave."""
+        self.in_flight += size
+
     def release(self, size: int) -> None:
         self.in_flight -= size
         self._released += size

@@ -230,6 +230,9 @@ class FakeBudget:
         self.in_flight += size
         return True
 
+    def hold(self, size: int) -> None:
+        self.in_flight += size
+
     def release(self, size: int) -> None:
         self.in_flight -= size
 
