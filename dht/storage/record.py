@@ -41,7 +41,9 @@ class Record:
     tombstone: bool
     value: bytes = b""
     expires_at: int = 0  # wall-clock ms; 0 = never
-    copies: int = 0  # F of the write; 0 = not known (a format-1 record)
+    # F of the write, widened on each replica to the widest F of the versions it held
+    # before (`wider_copies`); 0 = not known (a format-1 record): the whole cluster.
+    copies: int = 0
 
     @classmethod
     def live(cls, version: int, value: bytes, expires_at: int = 0, copies: int = 0) -> Record:
@@ -53,9 +55,10 @@ class Record:
 
     def order(self) -> tuple[int, bool, bytes, int, int]:
         """Total order of records: version first; ties (two coordinators issuing the same
-        version) are broken by tombstone, value, expiry, copies, so every replica picks
-        the same one."""
-        return (self.version, self.tombstone, self.value, self.expires_at, self.copies)
+        version, or one version widened on one replica and not yet on another) are
+        broken by tombstone, value, expiry, then the wider copy count, so every replica
+        picks the same one."""
+        return (self.version, self.tombstone, self.value, self.expires_at, _breadth(self.copies))
 
     def dead_since(self) -> int | None:
         """When the record stopped being readable (wall ms), or None while it may be:
@@ -71,6 +74,22 @@ class Record:
     def supersedes(self, other: Record | None) -> bool:
         """Whether this record should replace `other` under last-write-wins."""
         return other is None or self.order() > other.order()
+
+
+def _breadth(copies: int) -> int:
+    return copies or MAX_COPIES + 1  # 0: the whole cluster, wider than any F
+
+
+def wider_copies(first: int, second: int) -> int:
+    """The copy count of the two that names more nodes (replica sets for a smaller F are
+    prefixes of those for a larger one; 0, the whole cluster, is the widest).
+
+    A replica stores a newer record with the widest F of it and of the record it
+    replaces: so a node that holds any version of a key is always among the replicas
+    its record names, and anti-entropy compares the key with every node that may hold
+    an older version (dht/replication/collector.py depends on it). A PUT at 3/3 then a
+    PUT at 2/2 leaves the second value on three replicas, named as such."""
+    return first if _breadth(first) >= _breadth(second) else second
 
 
 def newest(records: list[Record | None]) -> Record | None:

@@ -14,6 +14,7 @@ the event loop; the range iterator yields lazily so a scan never holds the range
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ import plyvel
 
 from dht.replication.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.storage.disk import DiskFull, DiskSpace
-from dht.storage.record import Record, decode, encode
+from dht.storage.record import Record, decode, encode, wider_copies
 
 log = logging.getLogger(__name__)
 
@@ -198,15 +199,21 @@ class Storage:
 
     def _prepared(self, key: bytes, record: Record) -> tuple[bytes, Digest | None, Digest] | None:
         """The bytes to store for `record`, admitted by the disk reserve, with the digest
-        entries it replaces and brings; None when what is stored is newer.
+        entries it replaces and brings; None when what is stored is newer. The record is
+        stored with the wider copy count of it and of the one it replaces
+        (`wider_copies`).
 
-        The stored version is read from the digest entry (17 bytes), not the record: the
+        The stored version is read from the digest entry (25 bytes), not the record: the
         stored value is read only when the versions tie, where last-write-wins looks at
         the rest of the record."""
         old = self.digest(key)
-        if old is not None and record.version <= old.version:
-            if record.version < old.version or not record.supersedes(self.get(key)):
+        if old is not None:
+            if record.version <= old.version and (
+                record.version < old.version or not record.supersedes(self.get(key))
+            ):
                 return None
+            if (copies := wider_copies(record.copies, old.copies)) != record.copies:
+                record = dataclasses.replace(record, copies=copies)
         data = encode(record)
         self.disk.admit(len(key) + len(data))
         new = Digest(record.version, record_digest(key, record), record.copies, self._wall_ms())

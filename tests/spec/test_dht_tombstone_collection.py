@@ -137,3 +137,54 @@ def test_a_delete_from_a_clock_behind_is_not_undone_by_collection(
     down.start()
     wait_until_gone_or_deleted(cluster, keys)
     assert_deleted_everywhere(cluster, keys)
+
+
+@rule("9.10")
+def test_a_value_copied_with_a_smaller_from_onto_a_wider_replica_does_not_come_back(
+    start_cluster: ClusterFactory,
+) -> None:
+    """Found in review of issue 24: PUT v1 at 3/3 (every node holds it, F=3), PUT v2 at
+    2/2 (the first two replicas), and anti-entropy copies v2 onto the third replica,
+    which held v1. Stored with F=2, v2 there was in none of its trees (its replica set
+    leaves it out), and the first two list their F=2 records only for each other: after
+    a DELETE at 2/2 no exchange compared the key, every exchange with the third counted,
+    the first two collected the tombstone and v2 read again (14 of 14 keys). Now a
+    replica stores a record with the wider F of it and of the one it replaces, so the
+    third replica holds v2 as F=3 and the delete reaches it."""
+    cluster = start_cluster(3, COLLECTING)
+    ring = Ring(cluster.urls, NodeConfig.vnodes)
+    third = cluster[2]
+    keys = [
+        key
+        for key in (f"smaller-copy-{index}" for index in range(40))
+        if ring.replicas_for(key.encode(), 3)[2] == third.url
+    ]
+    assert len(keys) >= 5
+    for key in keys:
+        expect(cluster[0].put(key, b"v1", "3/3"), 201, context=key)
+    for key in keys:
+        expect(cluster[0].put(key, b"v2", "2/2"), 201, context=key)
+    # Anti-entropy brings v2 (F=2) to the third replica.
+    wait_for(
+        lambda: {k: r.value for k, r in third.local_records().items() if k in keys},
+        lambda held: held == {key: b"v2" for key in keys},
+        deadline=15.0,
+    )
+    for key in keys:
+        expect(cluster[0].delete(key, "2/2"), 202, context=key)
+        # The delete is acknowledged; read at 2/2 only, as a read of the third replica
+        # would repair it.
+        expect(cluster[0].get(key, "2/2"), 404, context=key)
+    holders = cluster.nodes[:2]
+    wait_for_collection_passes(holders, more=8)
+    wait_for(  # anti-entropy had every chance to bring the tombstone to the third node
+        lambda: [k for n in holders for k in n.local_records() if k in keys],
+        lambda left: left == [],
+        deadline=30.0,
+    )
+    came_back = [key for key in keys if cluster[0].get(key, "3/3").status != 404]
+    third_holds = {k: r.value for k, r in third.local_records().items() if k in keys}
+    assert came_back == [], (
+        f"{len(came_back)} of {len(keys)} deleted keys read again once the tombstones were "
+        f"collected; the third replica still holds {sorted(set(third_holds.values()))}"
+    )

@@ -9,7 +9,16 @@ import struct
 import pytest
 
 from dht.coordination.clock import MAX_VERSION, version_at
-from dht.storage.record import FORMAT_V1, FORMAT_V2, CorruptRecord, Record, decode, encode, newest
+from dht.storage.record import (
+    FORMAT_V1,
+    FORMAT_V2,
+    CorruptRecord,
+    Record,
+    decode,
+    encode,
+    newest,
+    wider_copies,
+)
 from tests.spec.rules import rule
 
 VERSION = version_at(1_700_000_000_000, 3)
@@ -164,3 +173,11 @@ def test_a_repeated_delivery_does_not_supersede_itself() -> None:
         assert not record.supersedes(copy)
         assert not copy.supersedes(record)
         assert newest([record, copy]) == record
+
+
+def test_copy_counts_widen_and_the_wider_wins_a_tie() -> None:
+    assert wider_copies(2, 3) == 3 and wider_copies(3, 2) == 3
+    assert wider_copies(0, 5) == 0 and wider_copies(255, 0) == 0  # 0: the whole cluster
+    narrow, wide, whole = (Record.deleted(7, copies) for copies in (2, 3, 0))
+    assert wide.supersedes(narrow) and not narrow.supersedes(wide)
+    assert whole.supersedes(wide) and not wide.supersedes(whole)

@@ -70,3 +70,28 @@ def test_a_folder_from_before_arrival_times_gets_them_at_its_first_start(tmp_pat
         assert db.get(b"m:digests-1") is None
     finally:
         db.close()
+
+
+def test_a_newer_record_takes_the_wider_copy_count_of_the_one_it_replaces(
+    tmp_path: Path,
+) -> None:
+    """A PUT at 3/3, then one at 2/2: the replica that held the first names three copies
+    for the second too, so it stays among the nodes its record names (rule 9.10)."""
+    storage = Storage(tmp_path)
+    try:
+        storage.write(b"k", Record.live(1, b"v1", copies=3))
+        assert storage.write(b"k", Record.live(2, b"v2", copies=2)) is True
+        assert storage.get(b"k") == Record.live(2, b"v2", copies=3)
+        assert storage.write(b"k", Record.deleted(3, copies=1)) is True
+        assert storage.get(b"k") == Record.deleted(3, copies=3)
+        entry = storage.digest(b"k")
+        assert entry is not None and entry.copies == 3
+        # The same version arriving with the narrower count changes nothing...
+        assert storage.write(b"k", Record.deleted(3, copies=2)) is False
+        # ...and with a wider one (0: the whole cluster) widens it.
+        assert storage.write(b"k", Record.deleted(3, copies=0)) is True
+        assert storage.get(b"k") == Record.deleted(3, copies=0)
+        assert storage.write(b"k", Record.live(4, b"v4", copies=2)) is True
+        assert storage.get(b"k") == Record.live(4, b"v4", copies=0)
+    finally:
+        storage.close()
