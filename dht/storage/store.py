@@ -162,9 +162,14 @@ class Storage:
             self._db.close()
 
     def clock_ceiling(self) -> int:
-        """The ceiling the clock saved last (0: never saved)."""
+        """The ceiling the clock saved last; in a folder where it never saved one (from
+        before the ceiling, say), the newest version stored, read from the digest index
+        (a node that only coordinated a write, or only forwarded it, has no trace of
+        its version: that is what the ceiling is for)."""
         data = self._db.get(CLOCK_CEILING)
-        return 0 if data is None else int.from_bytes(data, "big")
+        if data is not None:
+            return int.from_bytes(data, "big")
+        return max((entry.version for _, entry in self.digests()), default=0)
 
     def save_clock_ceiling(self, ceiling: int) -> None:
         """Synced, whatever --sync-writes says: a version past the ceiling is used only

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import plyvel
 import pytest
 
+from dht.storage.store import CLOCK_CEILING, DIGESTS_READY
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node, expect
 from tests.spec.rules import rule
@@ -72,3 +74,34 @@ def test_a_write_after_the_wall_clock_stepped_back_across_a_restart_is_newer(
         coordinator.start()
 
     assert write_before_and_after_restart(coordinator, step_the_clock_back) == []
+
+
+@rule("8.3", "8.7")
+def test_a_write_after_the_upgrade_to_a_saved_ceiling_is_newer(
+    start_cluster: ClusterFactory,
+) -> None:
+    """Found in review of issue 24: a data folder from before rule 8.7 has no saved
+    ceiling, though its records carry versions the clock issued or took; its first start
+    began the clock at the wall clock. Now it begins past the newest version stored.
+    Simulated by removing the ceiling and putting back the older index marker on the
+    stopped node's folder."""
+    cluster = start_cluster(3)
+    cluster[1].stop()
+    cluster[1].extra_args += ["--clock-skew", "30"]
+    cluster[1].start()
+    coordinator = cluster[0]
+    for key in KEYS:
+        expect(cluster[1].put(key, b"from the clock ahead", "3/3"), 201, context=key)
+
+    def restart_as_on_a_folder_from_before() -> None:
+        coordinator.stop()
+        db = plyvel.DB(str(coordinator.data_dir / "leveldb"))
+        try:
+            db.delete(CLOCK_CEILING, sync=True)
+            db.delete(DIGESTS_READY, sync=True)
+            db.put(b"m:digests-1", b"1", sync=True)
+        finally:
+            db.close()
+        coordinator.start()
+
+    assert write_before_and_after_restart(coordinator, restart_as_on_a_folder_from_before) == []
