@@ -35,6 +35,18 @@ def write_before_and_after_restart(coordinator: Node, restart: Callable[[], None
     return [key for key in KEYS if coordinator.get(key, "3/3").body != b"after"]
 
 
+def carried_forward(start_cluster: ClusterFactory) -> Node:
+    """Three nodes, the second 30 s ahead (inside the 60 s bound): writes of every key
+    through it carry every replica's clock 30 s forward. Returns the first node."""
+    cluster = start_cluster(3)
+    cluster[1].stop()
+    cluster[1].extra_args += ["--clock-skew", "30"]
+    cluster[1].start()
+    for key in KEYS:
+        expect(cluster[1].put(key, b"from the clock ahead", "3/3"), 201, context=key)
+    return cluster[0]
+
+
 @rule("8.3", "8.7")
 def test_a_write_after_a_crash_is_newer_than_one_a_clock_ahead_carried_forward(
     start_cluster: ClusterFactory,
@@ -42,14 +54,7 @@ def test_a_write_after_a_crash_is_newer_than_one_a_clock_ahead_carried_forward(
     """The issue's reproduction: a peer 30 s ahead (inside the 60 s bound) carries the
     coordinator's clock forward; the coordinator is killed (no clean stop to save
     anything) and started again."""
-    cluster = start_cluster(3)
-    cluster[1].stop()
-    cluster[1].extra_args += ["--clock-skew", "30"]
-    cluster[1].start()
-    coordinator = cluster[0]
-    # Writes through the node ahead carry every replica's clock 30 s forward.
-    for key in KEYS:
-        expect(cluster[1].put(key, b"from the clock ahead", "3/3"), 201, context=key)
+    coordinator = carried_forward(start_cluster)
 
     def crash_and_start() -> None:
         coordinator.kill()
@@ -85,13 +90,7 @@ def test_a_write_after_the_upgrade_to_a_saved_ceiling_is_newer(
     began the clock at the wall clock. Now it begins past the newest version stored.
     Simulated by removing the ceiling and putting back the older index marker on the
     stopped node's folder."""
-    cluster = start_cluster(3)
-    cluster[1].stop()
-    cluster[1].extra_args += ["--clock-skew", "30"]
-    cluster[1].start()
-    coordinator = cluster[0]
-    for key in KEYS:
-        expect(cluster[1].put(key, b"from the clock ahead", "3/3"), 201, context=key)
+    coordinator = carried_forward(start_cluster)
 
     def restart_as_on_a_folder_from_before() -> None:
         coordinator.stop()

@@ -167,6 +167,24 @@ def test_the_membership_command_resumes_from_the_least_advanced_node(
         expect(cluster[3].get(f"key-{index}"), 200, f"value {index}".encode())
 
 
+def change_to_every_node(cluster: Cluster, *flags: str) -> str:
+    """`python -m dht membership` through the second node, to every node of `cluster`;
+    fails unless it succeeds, else returns what it printed."""
+    result = run_module(
+        "dht",
+        "membership",
+        "--node",
+        cluster[1].url,
+        "--to",
+        ",".join(cluster.urls),
+        *flags,
+        timeout=CHANGE_TIMEOUT,
+    )
+    said = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 0, said
+    return said
+
+
 def key_moving(cluster: Cluster, source: Node, receiver: Node) -> str:
     """A key whose one copy sits on `source` among the first three nodes, and on
     `receiver` once all four are members."""
@@ -195,20 +213,8 @@ def test_a_record_its_new_owner_refuses_as_too_far_ahead_is_kept_and_the_change_
         future = Record.live(version_at(wall_clock_ms() + HOUR * 1000), b"future", copies=1)
         assert source.put_local(key, future) == Stored(1, True)
 
-        result = run_module(
-            "dht",
-            "membership",
-            "--node",
-            cluster[1].url,
-            "--to",
-            ",".join(cluster.urls),
-            "--step-deadline",
-            "20",
-            timeout=CHANGE_TIMEOUT,
-        )
-        said = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-        assert result.returncode == 0, said
-        assert f"{source.url} kept 1 record" in result.stdout, said
+        said = change_to_every_node(cluster, "--step-deadline", "20")
+        assert f"{source.url} kept 1 record" in said, said
         handoff = source.status()["membership"]["handoff"]
         assert handoff["done"] and handoff["kept"] == 1, handoff
         assert handoff["targets"][receiver.url]["refused"] >= 1, handoff
@@ -235,16 +241,7 @@ def test_a_kept_record_reaches_its_owner_once_the_owners_clock_allows_it(
         key = key_moving(cluster, source, receiver)
         future = Record.live(version_at(wall_clock_ms() + 30_000), b"soon", copies=1)
         assert source.put_local(key, future) == Stored(1, True)
-        result = run_module(
-            "dht",
-            "membership",
-            "--node",
-            cluster[1].url,
-            "--to",
-            ",".join(cluster.urls),
-            timeout=CHANGE_TIMEOUT,
-        )
-        assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        change_to_every_node(cluster)
         refused = source.status()["membership"]["handoff"]["targets"][receiver.url]["refused"]
         assert refused >= 1, "the change took so long that the record was no longer ahead"
 
