@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.config import NodeConfig
-from dht.replication.merkle import LEAVES
+from dht.model.merkle import LEAVES
 from locustfiles.prefill import entity_path, key_name
 
 Status = dict[str, Any]  # a node's /v0/status

@@ -21,7 +21,7 @@ import itertools
 
 from bench.ring_balance import cluster_urls
 from dht.config import NodeConfig
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 
 SIZES = (3, 4, 5, 4, 3)
 

@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from dht.coordination.clock import HybridClock
-from dht.storage.record import Record
+from dht.model.clock import HybridClock
+from dht.model.record import Record
 from dht.storage.store import Storage
 from tests.launcher import Node, free_port
 

@@ -25,16 +25,16 @@ import uvloop
 from aiohttp import web
 
 from dht.config import NodeConfig
-from dht.coordination.clock import HybridClock
-from dht.coordination.membership import Membership
-from dht.coordination.topology import STABLE, TopologyState
+from dht.model.clock import HybridClock
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record
+from dht.model.topology import STABLE, TopologyState
 from dht.replication.channel import ServerConnection
 from dht.replication.peers import Peer
 from dht.replication.protocol import MESSAGE_OVERHEAD
-from dht.storage.record import Record
+from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.web.internal_api import InternalApi
-from dht.web.log_limits import RateLimitedLog
 
 HOST = "127.0.0.1"
 

@@ -17,7 +17,7 @@ import statistics
 import time
 from collections import Counter
 
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 
 
 def cluster_urls(count: int, base_port: int = 8080, host: str = "127.0.0.1") -> list[str]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chaos.history import Window
-from dht.storage.record import Record
+from dht.model.record import Record
 from tests.launcher import Node, wait_for
 
 # How long a final read retries after the heal (a breaker may still be open).

@@ -33,7 +33,7 @@ from chaos.observe import final_read
 from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, attempt, key_space
 from dht.config import NodeConfig
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 from tests.launcher import Cluster, expect
 from tests.spec.rules import rule
 

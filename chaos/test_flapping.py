@@ -44,7 +44,7 @@ from chaos.observe import (
 )
 from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
-from dht.storage.record import Record, newest
+from dht.model.record import Record, newest
 from dht.testbed import toxiproxy as test_bed  # a module import: pytest would collect the class
 from dht.testbed.toxiproxy import node_name
 from tests.fixtures import ChaosClusterFactory

@@ -32,7 +32,7 @@ from chaos.observe import final_read
 from chaos.run_folder import FaultWindow, Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
 from dht.config import NodeConfig
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 from dht.testbed.membership import ChangeReport, change_membership
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
 from tests.launcher import Cluster, Node, cluster_secret, expect, request, wait_for

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from dht.config import NodeConfig
-from dht.coordination.clock import HybridClock
-from dht.coordination.ring import Ring
+from dht.model.clock import HybridClock
+from dht.model.record import Record
+from dht.model.ring import Ring
 from dht.replication.peers import Peer, PeerError
-from dht.storage.record import Record
 from tests.fixtures import ChaosClusterFactory
 from tests.spec.rules import rule
 

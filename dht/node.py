@@ -14,25 +14,25 @@ from typing import Any
 from aiohttp import web
 
 from dht.config import NodeConfig
-from dht.coordination.clock import HybridClock, version_ms, wall_clock_ms
 from dht.coordination.coordinator import Coordinator
-from dht.coordination.membership import Membership, joining_state
-from dht.coordination.topology import STABLE, TopologyState
 from dht.metrics import CONTENT_TYPE, Metrics
+from dht.model.clock import HybridClock, version_ms, wall_clock_ms
+from dht.model.log_limits import QuietMalformedHttp
+from dht.model.merkle import MerkleTrees, holders
+from dht.model.record import Record
+from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
-from dht.replication.merkle import MerkleTrees, holders
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
-from dht.storage.record import Record
+from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
 from dht.web.listener import SharedPortSite
-from dht.web.log_limits import QuietMalformedHttp
 from dht.web.membership_api import MembershipApi
 from dht.web.server import HttpServer, Params, Route
 

@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from dht.config import NodeConfig
-from dht.coordination.ring import ring_identity
+from dht.model.record import Record, decode
+from dht.model.ring import ring_identity
 from dht.replication.protocol import (
     PROTOCOL_VERSION,
     Answer,
@@ -48,7 +49,6 @@ from dht.replication.protocol import (
     Stored,
 )
 from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
-from dht.storage.record import Record, decode
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
 
 T = TypeVar("T")

@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from dht.config import NodeConfig
-from dht.coordination.clock import HybridClock, VersionAhead
-from dht.coordination.membership import Membership
-from dht.coordination.replicas import ReplicaCount
-from dht.coordination.topology import Topology, union
+from dht.model.clock import HybridClock, VersionAhead
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import MAX_COPIES, Record, newest
+from dht.model.replicas import ReplicaCount
+from dht.model.topology import Topology, union
 from dht.replication.hints import HintStore
 from dht.replication.peers import PeerError, Peers, ReplicaFull
 from dht.storage.disk import DiskFull
-from dht.storage.record import MAX_COPIES, Record, newest
+from dht.storage.membership import Membership
 from dht.storage.store import Storage
-from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 both hold and exchanges the ones that differ, newest wins both ways.
 
 Why incremental trees rather than trees rebuilt from a snapshot: the per-peer trees
-(dht/replication/merkle.py) are kept current by every write (storage calls `MerkleTrees.change` with
+(dht/model/merkle.py) are kept current by every write (storage calls `MerkleTrees.change` with
 the digest it replaced and the one it wrote, an XOR per peer), so an exchange reads no
 record it does not send and costs no scan at all: O(differences x LEAF_BITS) hashes, one
 key list per differing leaf, one record per differing key. The only full read is at
@@ -31,13 +31,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dht.coordination.clock import HybridClock, VersionAhead
+from dht.model.clock import HybridClock, VersionAhead
+from dht.model.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
+from dht.model.record import Record, newest
 from dht.replication.background import OwnedTask
-from dht.replication.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
 from dht.replication.peers import PeerError, Peers, VersionRefused
 from dht.replication.wire import EXCHANGE_PATH
 from dht.storage.disk import DiskFull
-from dht.storage.record import Record, newest
 from dht.storage.store import Storage
 
 log = logging.getLogger(__name__)

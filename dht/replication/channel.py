@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import (
     HANDSHAKE_CALL,
@@ -63,8 +65,6 @@ from dht.replication.protocol import (
     Welcome,
     Why,
 )
-from dht.storage.record import Record
-from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from dht.model.merkle import MerkleTrees
+from dht.model.record import Record
 from dht.replication.background import OwnedTask
-from dht.replication.merkle import MerkleTrees
-from dht.storage.record import Record
 from dht.storage.store import Storage
 
 log = logging.getLogger(__name__)

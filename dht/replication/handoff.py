@@ -38,15 +38,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dht.coordination.membership import Membership, save_json
-from dht.coordination.ring import Ring
-from dht.coordination.topology import HANDOFF, JOINT, STABLE, TopologyState
+from dht.model.merkle import holders
+from dht.model.record import Record
+from dht.model.ring import Ring
+from dht.model.topology import HANDOFF, JOINT, STABLE, TopologyState
 from dht.replication.anti_entropy import Pace
 from dht.replication.background import OwnedTask
-from dht.replication.merkle import holders
 from dht.replication.peers import PeerError, Peers, VersionRefused
 from dht.storage.disk import DiskFull
-from dht.storage.record import Record
+from dht.storage.membership import Membership, save_json
 from dht.storage.store import Storage
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Handoff:
             self._wake.clear()
             state = self._membership.state
             if state.phase == JOINT:
-                continue  # not before every node is joint: see dht.coordination.topology
+                continue  # not before every node is joint: see dht.model.topology
             if self.progress.epoch != state.epoch:
                 self.progress = Progress(epoch=state.epoch)
             elif self.progress.done:

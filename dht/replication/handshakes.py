@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from dht.web.log_limits import RateLimitedLog
+from dht.model.log_limits import RateLimitedLog
 
 # Seconds from a connection's first byte to its HELLO; then it is closed.
 HANDSHAKE_DEADLINE = 5.0

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record, decode, encode
 from dht.replication.background import OwnedTask
 from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull, DiskSpace
-from dht.storage.record import Record, decode, encode
 from dht.storage.store import put_or_disk_full
-from dht.web.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

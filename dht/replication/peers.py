@@ -16,6 +16,8 @@ import aiohttp
 from yarl import URL
 
 from dht.config import NodeConfig
+from dht.model.keys import query_value
+from dht.model.record import CorruptRecord, Record, decode
 from dht.replication.breaker import Breaker, State
 from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
 from dht.replication.protocol import (
@@ -34,8 +36,6 @@ from dht.replication.protocol import (
     Why,
 )
 from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
-from dht.storage.record import CorruptRecord, Record, decode
-from dht.web.keys import query_value
 
 log = logging.getLogger(__name__)
 

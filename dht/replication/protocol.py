@@ -26,7 +26,7 @@ nothing of the byte budget.
 | WELCOME | server | empty: the channel is open |
 | REFUSED | server | reason (UTF-8); the server closes the connection after it |
 | GET | client | key |
-| PUT | client | key length (u32), key, record (`dht.storage.record` encoding, version inside) |
+| PUT | client | key length (u32), key, record (`dht.model.record` encoding, version inside) |
 | RECORD | server, answers GET | record |
 | ABSENT | server, answers GET | empty: no record for that key |
 | STORED | server, answers PUT | 1 byte: 1 stored, 0 kept (the replica held a newer record) |
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dht.storage.record import CorruptRecord, Record, decode, encode_header
+from dht.model.record import CorruptRecord, Record, decode, encode_header
 
 PROTOCOL_VERSION = 1
 PREFACE = b"\x00dht-replica\r\n"

@@ -2,14 +2,14 @@
 framing. Single-record calls travel on the replica channel (`dht.replication.protocol`).
 
 The range stream is a sequence of frames: key length (4 bytes big-endian), key, record
-length (4 bytes big-endian), encoded record (`dht.storage.record`, version included).
+length (4 bytes big-endian), encoded record (`dht.model.record`, version included).
 """
 
 from __future__ import annotations
 
 import struct
 
-from dht.storage.record import Record, encode
+from dht.model.record import Record, encode
 
 RECORDS_PATH = "/internal/v0/records"
 # Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.

@@ -1,7 +1,7 @@
 """Local storage on LevelDB (plyvel): records under one prefix, hints under another, and
 the digest index of the records under a third.
 
-The digest index holds, for every record, its version, digest and copies (dht/replication/merkle.py)
+The digest index holds, for every record, its version, digest and copies (dht/model/merkle.py)
 under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
 and the per-peer trees are rebuilt from it at start without reading a value. A record
 and its digest are written in one LevelDB batch, so they never disagree; `on_change`
@@ -24,9 +24,9 @@ from typing import Any
 
 import plyvel
 
-from dht.replication.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
+from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
+from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.disk import DiskFull, DiskSpace
-from dht.storage.record import Record, decode, encode, wider_copies
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ DIGESTS_PREFIX = b"d"
 # its first start.
 DIGESTS_READY = b"m:digests-2"
 _OLDER_INDEX_MARKERS = [b"m:digests-1"]
-# The hybrid clock's saved ceiling (dht/coordination/clock.py): 8 bytes big-endian.
+# The hybrid clock's saved ceiling (dht/model/clock.py): 8 bytes big-endian.
 CLOCK_CEILING = b"m:clock-ceiling"
 _INDEX_BATCH = 10_000
 

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dht.config import url_port
-from dht.coordination.topology import STABLE, TopologyState
+from dht.model.topology import STABLE, TopologyState
 
 if TYPE_CHECKING:
     from dht.testbed.membership import ChangeReport

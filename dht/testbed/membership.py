@@ -8,7 +8,7 @@ one step apart, and after the two handoff steps only when every node reports its
 done. A node that does not answer holds the change where it is (the change waits for it,
 up to `step_deadline`); run the same change again and it reads the step of every node of
 old and new and resumes from the least advanced one
-(`dht.coordination.topology.steps_to_resume`).
+(`dht.model.topology.steps_to_resume`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from dht.coordination.topology import (
+from dht.model.topology import (
     HANDOFF,
     JOINT,
     TopologyState,

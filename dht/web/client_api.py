@@ -23,7 +23,7 @@ from dht.coordination.coordinator import (
     RangeIncomplete,
     Status,
 )
-from dht.coordination.replicas import BadReplicas, ReplicaCount, parse_replicas
+from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import ByteBudget
 from dht.web.server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.coordination.clock import HybridClock, VersionAhead
-from dht.coordination.membership import Membership
+from dht.model.clock import HybridClock, VersionAhead
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record
 from dht.replication.channel import ReplicaRefusal
 from dht.replication.protocol import PROTOCOL_VERSION, Hello, Why
 from dht.replication.wire import (
@@ -29,10 +30,9 @@ from dht.replication.wire import (
     encode_frame,
 )
 from dht.storage.disk import DiskFull
-from dht.storage.record import Record
+from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.web.client_api import required
-from dht.web.log_limits import RateLimitedLog
 from dht.web.server import Params, Route, start_stream, text
 
 ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]

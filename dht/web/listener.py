@@ -13,10 +13,10 @@ import logging
 
 from aiohttp import web
 
+from dht.model.log_limits import RateLimitedLog
 from dht.replication.channel import ProtocolSniffer, ReplicaService, ServerConnection
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import Budget
-from dht.web.log_limits import RateLimitedLog
 
 
 class SharedPortSite(web.BaseSite):

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from dht.coordination.membership import Membership
-from dht.coordination.topology import BadTransition, TopologyState
+from dht.model.topology import BadTransition, TopologyState
+from dht.storage.membership import Membership
 from dht.web.server import Params, Route, text
 
 TOPOLOGY_PATH = "/v0/admin/topology"

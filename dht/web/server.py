@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from dht.web.keys import query_params
+from dht.model.keys import query_params
 
 log = logging.getLogger(__name__)
 

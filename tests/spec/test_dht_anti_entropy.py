@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.coordination.clock import version_at, wall_clock_ms
+from dht.model.clock import version_at, wall_clock_ms
+from dht.model.record import Record
 from dht.replication.protocol import Stored
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
 from tests.spec.rules import rule

@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from dht.coordination.clock import version_at, wall_clock_ms
+from dht.model.clock import version_at, wall_clock_ms
+from dht.model.record import Record
 from dht.replication.protocol import (
     Failed,
     GetRecord,
@@ -19,7 +20,6 @@ from dht.replication.protocol import (
     Welcome,
     Why,
 )
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
 from tests.spec.rules import rule

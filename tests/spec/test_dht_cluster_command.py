@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.coordination.clock import version_at, wall_clock_ms
+from dht.model.clock import version_at, wall_clock_ms
+from dht.model.record import Record
 from dht.replication.protocol import PutRecord, Refused
-from dht.storage.record import Record
 from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
 from tests.spec.rules import rule
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
+from dht.model.record import Record
 from dht.replication.protocol import Stored
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, request
 from tests.spec.rules import rule

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dht.config import NodeConfig
-from dht.coordination.clock import version_at, wall_clock_ms
-from dht.coordination.ring import Ring
+from dht.model.clock import version_at, wall_clock_ms
+from dht.model.record import Record
+from dht.model.ring import Ring
 from dht.replication.protocol import Stored
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, request, run_module, wait_for
 from tests.spec.rules import rule

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from dht.model.record import Record
 from dht.replication.protocol import RecordAbsent, RecordFound, Stored
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, wait_for
 from tests.spec.rules import rule

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dht.config import NodeConfig
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, wait_for
 from tests.spec.rules import rule

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dht.coordination.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
+from dht.model.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
+from dht.model.record import Record
 from dht.replication.protocol import Failed, RecordFound, Stored
-from dht.storage.record import Record
 from tests.fixtures import ClusterFactory
 from tests.launcher import wait_for
 from tests.spec.rules import rule

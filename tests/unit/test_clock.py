@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.coordination.clock import (
+from dht.model.clock import (
     COUNTER_BITS,
     MAX_VERSION,
     HybridClock,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dht.model.record import Record
 from dht.replication.hints import HintStore
 from dht.storage.disk import DiskSpace
-from dht.storage.record import Record
 from dht.storage.store import Storage
 
 TARGET = "http://127.0.0.1:1"

@@ -1,4 +1,4 @@
-"""Hash trees for anti-entropy (dht/replication/merkle.py) and the tombstone collection rule
+"""Hash trees for anti-entropy (dht/model/merkle.py) and the tombstone collection rule
 (dht/replication/collector.py): pure logic, no sockets (SPEC.md rules 9.9 and 9.10)."""
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.coordination.clock import version_at
-from dht.coordination.ring import Ring
-from dht.replication.collector import collectible
-from dht.replication.merkle import (
+from dht.model.clock import version_at
+from dht.model.merkle import (
     LEAF_BITS,
     LEAVES,
     Digest,
@@ -21,7 +19,9 @@ from dht.replication.merkle import (
     leaf_of,
     record_digest,
 )
-from dht.storage.record import Record
+from dht.model.record import Record
+from dht.model.ring import Ring
+from dht.replication.collector import collectible
 from tests.spec.rules import rule
 
 NODES = ["http://a:1", "http://b:2", "http://c:3"]

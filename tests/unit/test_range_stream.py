@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 
 from dht.config import NodeConfig
+from dht.model.record import Record
 from dht.replication.peers import Peer, PeerError
 from dht.replication.wire import RECORDS_PATH, encode_frame
-from dht.storage.record import Record
 
 HOST = "127.0.0.1"
 MAX_VALUE = 1024 * 1024

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from dht.coordination.clock import MAX_VERSION, version_at
-from dht.storage.record import (
+from dht.model.clock import MAX_VERSION, version_at
+from dht.model.record import (
     FORMAT_V1,
     FORMAT_V2,
     CorruptRecord,

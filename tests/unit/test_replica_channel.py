@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from dht.model.record import Record
 from dht.replication.channel import ClientConnection, PeerError
 from dht.replication.protocol import (
     FRAGMENT_BYTES,
@@ -17,7 +18,6 @@ from dht.replication.protocol import (
     Request,
     Role,
 )
-from dht.storage.record import Record
 from dht.web.admission import ByteBudget
 
 LIMIT = 1 << 24

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dht.model.record import Record
 from dht.replication.protocol import (
     FRAGMENT_BYTES,
     HANDSHAKE_BYTES,
@@ -32,7 +33,6 @@ from dht.replication.protocol import (
     Welcome,
     Why,
 )
-from dht.storage.record import Record
 
 LIMIT = 1 << 20
 HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", "s3cret")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dht.coordination.replicas import (
+from dht.model.replicas import (
     BadReplicas,
     ReplicaCount,
     default_replicas,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dht.config import NodeConfig
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 
 DEFAULT_VNODES = NodeConfig(port=0, data_dir=Path("."), cluster=(), self_url="").vnodes
 BALANCE_KEYS = 1_000_000
@@ -54,7 +54,7 @@ def test_replicas_do_not_depend_on_the_order_of_the_node_list() -> None:
 
 _CHILD = """
 import json, sys
-from dht.coordination.ring import Ring
+from dht.model.ring import Ring
 nodes, vnodes, keys = json.load(sys.stdin)
 ring = Ring(nodes, vnodes)
 json.dump([ring.replicas_for(key.encode("latin-1"), len(nodes)) for key in keys], sys.stdout)

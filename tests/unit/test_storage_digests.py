@@ -8,7 +8,7 @@ from pathlib import Path
 
 import plyvel
 
-from dht.storage.record import Record
+from dht.model.record import Record
 from dht.storage.store import Storage, digest_key, repair
 
 

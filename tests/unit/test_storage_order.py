@@ -8,8 +8,8 @@ import asyncio
 import threading
 from pathlib import Path
 
-from dht.replication.merkle import Digest
-from dht.storage.record import Record
+from dht.model.merkle import Digest
+from dht.model.record import Record
 from dht.storage.store import LARGE_WRITE, Storage
 
 LARGE = b"L" * LARGE_WRITE

@@ -1,4 +1,4 @@
-"""The joint-quorum rule of a membership change (dht/coordination/topology.py), checked
+"""The joint-quorum rule of a membership change (dht/model/topology.py), checked
 exhaustively on small clusters: every write quorum and every read quorum of neighbouring
 phases share a replica, whenever the write and read acks add up to more than F."""
 
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dht.coordination.replicas import ReplicaCount
-from dht.coordination.ring import Ring
-from dht.coordination.topology import (
+from dht.model.replicas import ReplicaCount
+from dht.model.ring import Ring
+from dht.model.topology import (
     HANDOFF,
     JOINT,
     STABLE,

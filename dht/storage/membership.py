@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dht.coordination.topology import JOINT, STABLE, Topology, TopologyState
+from dht.model.topology import JOINT, STABLE, Topology, TopologyState
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import mmh3
 
-from dht.coordination.ring import Ring, key_hash
-from dht.storage.record import Record, encode_header
+from dht.model.record import Record, encode_header
+from dht.model.ring import Ring, key_hash
 
 LEAF_BITS = 10
 LEAVES = 1 << LEAF_BITS

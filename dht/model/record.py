@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from dht.coordination.clock import version_ms
+from dht.model.clock import version_ms
 
 FORMAT_V1 = 1
 FORMAT_V2 = 2

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dht.config import normalize_url
-from dht.coordination.replicas import ReplicaCount, default_replicas, quorum
-from dht.coordination.ring import Ring
+from dht.model.replicas import ReplicaCount, default_replicas, quorum
+from dht.model.ring import Ring
 
 STABLE, JOINT, HANDOFF = "stable", "joint", "handoff"
 PHASES = (STABLE, JOINT, HANDOFF)
