@@ -39,7 +39,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from chaos.history import Kind, Op, Phantom, Report, Resurrection
-from chaos.run_folder import FaultWindow, Run, outcome, run_origin
+from chaos.run import FaultWindow, Run, outcome, run_origin
 
 WIDTH, HEIGHT, DPI = 14.0, 8.0, 100
 # The panels' horizontal extent (figure fraction); the legends go right of them.

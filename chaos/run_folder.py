@@ -28,11 +28,13 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.history import AFTER_EVERYTHING, Kind, Op, Window, check
+from chaos.history import Kind, Op, Window, check
+from chaos.run import FaultWindow, Run, outcome, run_origin
+
+__all__ = ["FaultWindow", "Run", "new_run_dir", "read_run", "run_origin", "write_run"]
 
 HISTORY_FILE = "history.jsonl"
 FAULTS_FILE = "faults.jsonl"
@@ -49,39 +51,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 class RunFolderError(Exception):
     """A run folder, or one of its files, is missing or unreadable; the message is one
     line naming the file."""
-
-
-@dataclass(frozen=True)
-class FaultWindow:
-    """One fault as it was applied, from injection to the end of its heal, on the
-    history's clock. `label` says what and where, e.g. "cut links into node2"."""
-
-    label: str
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class Run:
-    """Everything a chaos run leaves to judge it by: the `history` the clients recorded,
-    the `faults` applied meanwhile, the `final` state (key -> value, None when absent)
-    observed within `final_at` (one window for every key, or one per key), all on one
-    clock, and free-form `details` (seed, seconds, client_timeout, ...) to keep with it.
-    """
-
-    scenario: str
-    history: list[Op]
-    faults: list[FaultWindow]
-    final: dict[str, bytes | None]
-    final_at: Window | dict[str, Window] = AFTER_EVERYTHING
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def run_origin(run: Run) -> float:
-    """The run's first event on its clock (earliest invocation or fault start), which
-    the files and the plot count time from; 0.0 for a run with neither."""
-    starts = [op.invoked for op in run.history] + [fault.start for fault in run.faults]
-    return min(starts, default=0.0)
 
 
 def runs_root() -> Path:
@@ -109,16 +78,6 @@ def new_run_dir(scenario: str) -> Path:
 
 
 # -- writing ---------------------------------------------------------------------------
-
-
-def outcome(status: int | None) -> str:
-    """How a plot and a reader group an answer: "ok" for a 2xx or a 404 (the key is
-    absent: a read that worked), "timeout" when none came, else the status."""
-    if status is None:
-        return "timeout"
-    if 200 <= status < 300 or status == 404:
-        return "ok"
-    return str(status)
 
 
 def _text(value: bytes | None) -> str | None:
