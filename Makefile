@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check $(CHECKED)
 	$(PY) -m ruff format --check $(CHECKED)
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
