@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.throughput import bare_server, process_tree
+from bench.pinning import process_tree
+from bench.throughput import bare_server
 from bench.vegeta import Report, attack, check_vegeta, get_targets, put_targets, target_count
 from locustfiles.prefill import KEY_PREFIX
 from tests.launcher import Cluster

@@ -25,24 +25,32 @@ import contextlib
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.wrk import SATURATED_CORE_SHARE, WrkRun, run_wrk
+from bench.pinning import check_pinned, pin
+from bench.throughput_report import (
+    BARE,
+    NO_METRICS,
+    ONE_NODE,
+    THREE_1_1,
+    THREE_2_3,
+    WORKLOADS,
+    Row,
+    ceiling,
+    latency,
+    metrics_costs,
+    table,
+    verdicts,
+)
+from bench.wrk import run_wrk
 
 GENERATOR_CORE = 0
 SERVER_CORE = 1
-WORKLOADS = ("PUT", "GET")
-BARE = "bare aiohttp"
-ONE_NODE = "1 node"
-THREE_1_1 = "3 nodes, 1/1"
-THREE_2_3 = "3 nodes, 2/3 (default)"
-NO_METRICS = ", --no-metrics"
 
 
 @dataclass(frozen=True)
@@ -52,141 +60,6 @@ class Server:
     name: str
     url: str
     replicas: str | None = None
-
-
-@dataclass
-class Row:
-    """One row of the table: every round's wrk run, and every round's ratio to the bare
-    server's run just before it (paired, so drift on the shared machine cancels)."""
-
-    pinning: str
-    name: str
-    workload: str
-    runs: list[WrkRun] = field(default_factory=list)
-    ratios: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> WrkRun:
-        """The round with the median rate (the lower middle for an even count), so its
-        latencies and rate come from one real run."""
-        middle = statistics.median_low(run.rate for run in self.runs)
-        return next(run for run in self.runs if run.rate == middle)
-
-    @property
-    def ratio(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def errors(self) -> int:
-        return sum(run.errors for run in self.runs)
-
-    @property
-    def generator_bound(self) -> bool:
-        return any(run.generator_bound for run in self.runs)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A goal from the issue: this row's ratio to the bare server at least `share`."""
-
-    pinning: str
-    name: str
-    share: float
-
-
-TARGETS = (Target("pinned", ONE_NODE, 0.90), Target("unpinned", THREE_2_3, 0.40))
-
-
-# -- the report (pure) ------------------------------------------------------------------
-
-
-def latency(ms: float) -> str:
-    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
-
-
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| pinning | server | workload | req/s | p50 | p99 | vs bare | errors | wrk CPU |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in rows:
-        run = row.median
-        bound = " (generator-bound)" if row.generator_bound else ""
-        lines.append(
-            f"| {row.pinning} | {row.name} | {row.workload} | {run.rate:,.0f} | "
-            f"{latency(run.p50_ms)} | {latency(run.p99_ms)} | {row.ratio:.2f} | "
-            f"{row.errors} | {run.cpu_share:.0%}{bound} |"
-        )
-    return "\n".join(lines)
-
-
-def find_row(rows: list[Row], pinning: str, name: str, workload: str) -> Row | None:
-    return next(
-        (r for r in rows if (r.pinning, r.name, r.workload) == (pinning, name, workload)), None
-    )
-
-
-def verdicts(rows: list[Row]) -> list[str]:
-    """One line per target and workload, ending in "met" or "missed"; a second line says
-    why a figure does not count (a generator-bound run, or errors), if it does not."""
-    lines = []
-    for target in TARGETS:
-        for workload in WORKLOADS:
-            row = find_row(rows, target.pinning, target.name, workload)
-            bare = find_row(rows, target.pinning, BARE, workload)
-            if row is None or bare is None:
-                continue
-            outcome = "met" if row.ratio >= target.share else "missed"
-            lines.append(
-                f"target {workload} {target.name} >= {target.share:.2f} x bare "
-                f"({target.pinning}): {row.ratio:.2f} {outcome}"
-            )
-            lines += [f"  does not count: {reason}" for reason in doubts(row, bare)]
-    return lines
-
-
-def doubts(row: Row, bare: Row) -> list[str]:
-    """Why a ratio is not a measurement of dht: the generator set a rate, or requests
-    failed (a fast error is not throughput)."""
-    reasons = [
-        f"wrk used >= {SATURATED_CORE_SHARE:.0%} of its core on {r.name}"
-        for r in (bare, row)
-        if r.generator_bound
-    ]
-    reasons += [f"{r.errors} errors on {r.name}" for r in (bare, row) if r.errors]
-    return reasons
-
-
-def ceiling(rows: list[Row]) -> list[str]:
-    """The evidence that wrk was not the bottleneck: per pinning and workload, the rate
-    it reached on the bare server against the fastest dht row, and its CPU share."""
-    lines = []
-    for pinning in dict.fromkeys(row.pinning for row in rows):
-        for workload in WORKLOADS:
-            bare = find_row(rows, pinning, BARE, workload)
-            others = [
-                r for r in rows if (r.pinning, r.workload) == (pinning, workload) and r is not bare
-            ]
-            if bare is None or not others:
-                continue
-            fastest, run = max(others, key=lambda r: r.median.rate), bare.median
-            # Its CPU per request is roughly fixed, so a full core would send about this.
-            full_core = f"{run.rate / run.cpu_share:,.0f}" if run.cpu_share else "?"
-            lines.append(
-                f"{pinning} {workload}: wrk reached {run.rate:,.0f} req/s on the bare server "
-                f"using {run.cpu_share:.0%} of its core (~{full_core} req/s at a full core), "
-                f"{run.rate / fastest.median.rate:.1f}x the fastest dht row "
-                f"({fastest.name}, {fastest.median.rate:,.0f} req/s)"
-            )
-    bound = [f"{r.pinning} {r.name} {r.workload}" for r in rows if r.generator_bound]
-    lines.append(
-        "generator-bound rows (wrk >= "
-        f"{SATURATED_CORE_SHARE:.0%} of a core in some round): {', '.join(bound) or 'none'}"
-    )
-    return lines
-
-
-# -- running it -------------------------------------------------------------------------
 
 
 def measure(
@@ -236,66 +109,6 @@ def measure(
                     flush=True,
                 )
     return list(rows.values())
-
-
-def pin(pid: int, core: int, attempts: int = 3) -> None:
-    """Pins a running process, every thread of it and its child processes, to `core`,
-    then checks it: a thread left free would run beside the generator and inflate the
-    figure. Threads started later inherit the pinning from the thread that starts them;
-    one started during the pinning by a thread not yet pinned is caught by the next pass."""
-    for _ in range(attempts):
-        for process in process_tree(pid):
-            subprocess.run(
-                ["taskset", "-a", "-p", "-c", str(core), str(process)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        if not loose_threads(pid, core):
-            return
-    check_pinned(pid, core)
-
-
-def check_pinned(pid: int, core: int) -> None:
-    loose = loose_threads(pid, core)
-    if loose:
-        raise RuntimeError(f"process {pid}: threads not pinned to core {core}: {loose}")
-
-
-def loose_threads(pid: int, core: int) -> list[tuple[int, set[int]]]:
-    """(thread id, the cores it may run on) for every thread of `pid` and its children
-    that may run elsewhere than `core`."""
-    return [
-        (tid, affinity)
-        for process in process_tree(pid)
-        for tid in threads_of(process)
-        if (affinity := thread_affinity(tid)) is not None and affinity != {core}
-    ]
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants, from /proc/PID/task/TID/children."""
-    tree, index = [pid], 0
-    while index < len(tree):
-        for tid in threads_of(tree[index]):
-            with contextlib.suppress(OSError):
-                children = Path(f"/proc/{tree[index]}/task/{tid}/children").read_text()
-                tree += [int(child) for child in children.split()]
-        index += 1
-    return tree
-
-
-def threads_of(pid: int) -> list[int]:
-    try:
-        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except FileNotFoundError:
-        return []
-
-
-def thread_affinity(tid: int) -> set[int] | None:
-    try:
-        return os.sched_getaffinity(tid)
-    except ProcessLookupError:
-        return None  # the thread ended meanwhile
 
 
 @contextlib.contextmanager
@@ -378,22 +191,6 @@ def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
         servers = [bare, Server(THREE_2_3, on), Server(THREE_2_3 + NO_METRICS, without)]
         rows += measure("unpinned", servers, rounds, seconds, connections, [], True)
     return rows
-
-
-def metrics_costs(rows: list[Row]) -> list[str]:
-    """One line per row with a --no-metrics twin: both rates as shares of the bare
-    server, and what metrics cost (1 - on/off, from the median shares)."""
-    lines = []
-    for row in rows:
-        twin = find_row(rows, row.pinning, row.name + NO_METRICS, row.workload)
-        if twin is None:
-            continue
-        cost = 1 - row.ratio / twin.ratio if twin.ratio else 0.0
-        lines.append(
-            f"metrics cost {row.pinning} {row.name} {row.workload}: {row.ratio:.2f} x bare "
-            f"with, {twin.ratio:.2f} x bare without: {cost:+.1%} (target under 5%)"
-        )
-    return lines
 
 
 def main() -> None:

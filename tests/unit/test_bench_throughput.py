@@ -8,15 +8,14 @@ import subprocess
 
 import pytest
 
-from bench.throughput import (
+from bench.pinning import check_pinned, pin
+from bench.throughput_report import (
     BARE,
     ONE_NODE,
     THREE_1_1,
     THREE_2_3,
     Row,
     ceiling,
-    check_pinned,
-    pin,
     table,
     verdicts,
 )
