@@ -1,18 +1,12 @@
 """The scenarios runner's pure parts: the verdict on one rate, the search for the highest
-sustained one, and what the report says bounded each search (bench.scenarios)."""
+sustained one (bench.rate_search), and what the report says bounded each search
+(bench.scenarios_report)."""
 
 from __future__ import annotations
 
-from bench.scenarios import (
-    SCENARIOS,
-    Search,
-    bound_by,
-    ceiling_table,
-    highest_sustained,
-    reference_verdict,
-    sustains,
-    why_over,
-)
+from bench.rate_search import Search, bound_by, highest_sustained, sustains, why_over
+from bench.scenario_setup import SCENARIOS
+from bench.scenarios_report import ceiling_table, reference_verdict
 from bench.vegeta import Report
 
 
