@@ -1,5 +1,5 @@
-"""The pure helpers of bench.anti_entropy: reading /v0/status, the targets and the report
-(no node is started)."""
+"""The pure parts of the anti-entropy benchmark (bench.anti_entropy and its modules):
+reading /v0/status, the targets and the report (no node is started)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,17 @@ from typing import Any
 
 import pytest
 
-from bench.anti_entropy import (
-    Divergence,
+from bench.anti_entropy_cluster import compaction_starts, log_problems
+from bench.anti_entropy_load import mixed_lua, mixed_targets
+from bench.anti_entropy_report import Divergence, markdown, relative_change
+from bench.exchange_status import (
     busiest,
-    compaction_starts,
     copied,
     expected_differing_leaves,
-    foreign_cores,
     in_sync,
     landed,
-    log_problems,
-    markdown,
-    mixed_lua,
-    mixed_targets,
-    relative_change,
 )
+from bench.machine_cpu import foreign_cores
 
 A, B, C = "http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"
 
