@@ -49,216 +49,32 @@ resurrection.
 from __future__ import annotations
 
 import bisect
-import enum
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+from chaos.operation import AFTER_EVERYTHING, Kind, Op, Window
+from chaos.verdict import FINAL_READ, LostWrite, Phantom, Report, Resurrection, StaleRead
+
+# The operation model and the verdicts, importable from here as from their own modules.
+__all__ = [
+    "AFTER_EVERYTHING",
+    "CLOCK_SLACK",
+    "FINAL_READ",
+    "KeyHistory",
+    "Kind",
+    "LostWrite",
+    "Op",
+    "Phantom",
+    "Report",
+    "Resurrection",
+    "StaleRead",
+    "Window",
+    "check",
+]
 
 # SPEC.md rule 8.3: "a write after a 10 ms pause is newer than any write before it".
 CLOCK_SLACK = 0.010
-FINAL_READ = "final read"
-# When the final state was observed, as (from, to) on the history's clock: by default
-# after everything, every expiring write expired.
-AFTER_EVERYTHING = (math.inf, math.inf)
-
-Window = tuple[float, float]
-
-
-class Kind(enum.Enum):
-    PUT = "PUT"
-    DELETE = "DELETE"
-    GET = "GET"
-
-
-_ACKED = {Kind.PUT: 201, Kind.DELETE: 202}
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One attempted client operation. Times are seconds on one monotonic clock.
-
-    `value`: for a PUT the value sent; for a GET answered 200 the value read; else None.
-    `status`: the HTTP status, or None when no answer came (time-out, connection lost):
-    then `completed` is None too, since the write may take effect at any later time.
-    `ttl`: for a PUT sent with `ttl=SECONDS`, those seconds; else None.
-    `node`: the name of the node the client sent it to (`node1`, ...), where recorded.
-    """
-
-    kind: Kind
-    key: str
-    value: bytes | None
-    invoked: float
-    completed: float | None
-    status: int | None
-    ttl: float | None = None
-    node: str | None = None
-
-    @property
-    def is_write(self) -> bool:
-        return self.kind is not Kind.GET
-
-    @property
-    def acknowledged(self) -> bool:
-        return self.is_write and self.status == _ACKED[self.kind]
-
-    @property
-    def settled_by(self) -> float:
-        """The latest moment this op can have taken effect (infinity if never answered)."""
-        return math.inf if self.completed is None else self.completed
-
-    @property
-    def expires_after(self) -> float:
-        """The earliest moment an expiring PUT can expire (infinity: it never does)."""
-        return math.inf if self.ttl is None else self.invoked + self.ttl
-
-    @property
-    def expired_by(self) -> float:
-        """The moment by which an expiring PUT has certainly expired (else infinity)."""
-        return math.inf if self.ttl is None else self.settled_by + self.ttl
-
-    def describe(self) -> str:
-        """The write as a report names it, with the time it ran."""
-        if self.kind is Kind.DELETE:
-            what = "DELETE"
-        else:
-            what = f"{self.kind.value} {self.value!r}"
-            if self.ttl is not None:
-                what += f" ttl={self.ttl:g}"
-        return f"{what} [{self.invoked:.3f}, {self.settled_by:.3f}]"
-
-
-def _shown(state: bytes | None) -> str:
-    return "absent" if state is None else repr(state)
-
-
-@dataclass(frozen=True, slots=True)
-class LostWrite:
-    """An acknowledged PUT that must be visible in the final state and is not."""
-
-    write: Op
-    final: bytes | None
-
-    def __str__(self) -> str:
-        return (
-            f"{self.write.key!r}: acknowledged {self.write.describe()} lost, "
-            f"final {_shown(self.final)}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Resurrection:
-    """A value seen (finally, or by a GET during the run) that must be dead: after
-    `dead_by`, an acknowledged DELETE or an acknowledged PUT that has since expired, or
-    `dead_by` is the (expired) PUT that sent the value itself."""
-
-    key: str
-    value: bytes
-    source: str  # FINAL_READ or "GET at <time>"
-    dead_by: Op
-
-    @property
-    def in_final_state(self) -> bool:
-        return self.source == FINAL_READ
-
-    def __str__(self) -> str:
-        if self.dead_by.kind is Kind.PUT and self.dead_by.value == self.value:
-            why = f"after it expired (by {self.dead_by.expired_by:.3f})"
-        elif self.dead_by.kind is Kind.DELETE:
-            why = f"after the acknowledged {self.dead_by.describe()}"
-        else:
-            why = (
-                f"after the acknowledged {self.dead_by.describe()} expired "
-                f"(by {self.dead_by.expired_by:.3f})"
-            )
-        return f"{self.key!r}: {self.source} saw {self.value!r} resurrected {why}"
-
-
-@dataclass(frozen=True, slots=True)
-class Phantom:
-    """A value read (finally, or by a GET during the run) that no PUT of that key sent."""
-
-    key: str
-    value: bytes
-    source: str  # FINAL_READ or "GET at <time>"
-
-    @property
-    def in_final_state(self) -> bool:
-        return self.source == FINAL_READ
-
-    def __str__(self) -> str:
-        return f"{self.key!r}: {self.source} saw {self.value!r}, which was never written"
-
-
-@dataclass(frozen=True, slots=True)
-class StaleRead:
-    """A GET that missed an acknowledged PUT, completed before it was invoked, that was
-    still to be visible."""
-
-    read: Op
-    missed: Op
-
-    def __str__(self) -> str:
-        return (
-            f"{self.read.key!r}: GET [{self.read.invoked:.3f}, {self.read.settled_by:.3f}] "
-            f"saw {_shown(self.read.value)}, missing the acknowledged {self.missed.describe()}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    ops: int
-    writes: int
-    acked: int
-    unavailable: int  # 503
-    not_enough_replicas: int  # 504
-    timeouts: int  # no answer at all
-    other_failures: int
-    lost: tuple[LostWrite, ...]
-    resurrected: tuple[Resurrection, ...]
-    phantoms: tuple[Phantom, ...]
-    stale_reads: tuple[StaleRead, ...]
-    expiring: int = 0  # PUTs sent with a ttl
-    deletes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.final_state_ok and self.reads_ok
-
-    @property
-    def final_state_ok(self) -> bool:
-        """No acknowledged write lost, nothing dead back, no final value from nowhere."""
-        return (
-            not self.lost
-            and not any(r.in_final_state for r in self.resurrected)
-            and not any(p.in_final_state for p in self.phantoms)
-        )
-
-    @property
-    def reads_ok(self) -> bool:
-        """No GET missed an acknowledged write, saw a dead value or one from nowhere."""
-        return (
-            not self.stale_reads
-            and all(r.in_final_state for r in self.resurrected)
-            and all(p.in_final_state for p in self.phantoms)
-        )
-
-    def summary(self) -> str:
-        return (
-            f"ops={self.ops} writes={self.writes} (deletes={self.deletes} "
-            f"expiring={self.expiring}) acked={self.acked} "
-            f"503={self.unavailable} 504={self.not_enough_replicas} "
-            f"timeouts={self.timeouts} other_failures={self.other_failures} "
-            f"lost={len(self.lost)} resurrected={len(self.resurrected)} "
-            f"phantoms={len(self.phantoms)} stale_reads={len(self.stale_reads)}"
-        )
-
-    def details(self, limit: int = 20) -> str:
-        problems = [
-            str(item) for item in (*self.lost, *self.resurrected, *self.phantoms, *self.stale_reads)
-        ]
-        more = len(problems) - limit
-        return "\n".join(problems[:limit] + ([f"... and {more} more"] if more > 0 else []))
 
 
 class KeyHistory:

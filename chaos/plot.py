@@ -38,8 +38,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from chaos.history import Kind, Op, Phantom, Report, Resurrection
+from chaos.operation import Kind, Op
 from chaos.run import FaultWindow, Run, outcome, run_origin
+from chaos.verdict import Phantom, Report, Resurrection
 
 WIDTH, HEIGHT, DPI = 14.0, 8.0, 100
 # The panels' horizontal extent (figure fraction); the legends go right of them.

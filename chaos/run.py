@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history import AFTER_EVERYTHING, Op, Window
+from chaos.operation import AFTER_EVERYTHING, Op, Window
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from chaos.history import Kind, Op, Window, check
+from chaos.history import check
+from chaos.operation import Kind, Op, Window
 from chaos.run import FaultWindow, Run, outcome, run_origin
 
 __all__ = ["FaultWindow", "Run", "new_run_dir", "read_run", "run_origin", "write_run"]
