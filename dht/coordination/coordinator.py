@@ -13,20 +13,21 @@ import asyncio
 import contextlib
 import enum
 import functools
-import heapq
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TypeVar
 
 from dht.config import NodeConfig
+from dht.coordination.cluster_range import local_range, open_cluster_range
+from dht.coordination.tally import Counters, Tally, log_replica_failure
 from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import MAX_COPIES, Record, newest
 from dht.model.replicas import ReplicaCount
-from dht.model.topology import Topology, union
+from dht.model.topology import union
 from dht.replication.hints import HintStore
-from dht.replication.peers import PeerError, Peers, ReplicaFull
+from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
@@ -53,31 +54,12 @@ class Outcome:
     retry_after: float = 0.0
 
 
-class RecordSource(Protocol):
-    """One node's local range: sorted (key, record) pairs, closed when no longer read."""
-
-    def __aiter__(self) -> AsyncIterator[tuple[bytes, Record]]: ...
-
-    async def __anext__(self) -> tuple[bytes, Record]: ...
-
-    async def aclose(self) -> None: ...
-
-
-class RangeIncomplete(Exception):
-    """A cluster-wide range lost too many sources after its first byte was sent."""
-
-
-@dataclass(slots=True)
-class Counters:
-    read_repairs: int = 0
-    background_failures: int = 0
-
-
 class Coordinator:
     """Fans each client operation out to its replicas. Replica calls are futures resolved
-    by callbacks (`dht.replication.peers`); a `_Tally` counts their answers, so a request costs no
-    task per replica, and what happens after the client's answer (the rest of a write,
-    hints for missed replicas, read repair of late answers) is callbacks too."""
+    by callbacks (`dht.replication.peers`); a `Tally` (`dht.coordination.tally`) counts
+    their answers, so a request costs no task per replica, and what happens after the
+    client's answer (the rest of a write, hints for missed replicas, read repair of late
+    answers) is callbacks too."""
 
     def __init__(
         self,
@@ -111,7 +93,7 @@ class Coordinator:
         targets = union([nodes for nodes, _ in quorums])
         if (refusal := self._refuse_if_unavailable(quorums)) is not None:
             return refusal
-        tally: _Tally[Record | None] = _Tally(quorums, self.counters, keeps_late=True)
+        tally: Tally[Record | None] = Tally(quorums, self.counters, keeps_late=True)
         for url in targets:
             if url != self._self_url:
                 tally.watch(url, self._peers[url].get(key), self._accept_remote)
@@ -188,27 +170,19 @@ class Coordinator:
         self, start: bytes, end: bytes | None
     ) -> AsyncGenerator[tuple[bytes, bytes], None]:
         """The live records of the whole cluster in [start, end), merged, newest version
-        per key. Raises NotEnoughSources (before anything is sent) when too few nodes
-        answer: N - quorum(N) + 1 of each node list in use (`Topology.range_shortfall`);
-        the iterator raises RangeIncomplete when too few are left mid-stream."""
+        per key (`dht.coordination.cluster_range`). Raises NotEnoughSources (before
+        anything is sent) when too few nodes answer: N - quorum(N) + 1 of each node list
+        in use (`Topology.range_shortfall`); the iterator raises RangeIncomplete when too
+        few are left mid-stream."""
         topology = self._membership.topology  # the one the range is counted by throughout
-        peers = list(self._peers.by_url.values())
-        opened = await asyncio.gather(
-            *(peer.open_scan(start, end) for peer in peers), return_exceptions=True
+        return await open_cluster_range(
+            start,
+            end,
+            (self._self_url, local_range(self._storage, start, end)),
+            list(self._peers.by_url.values()),
+            topology,
+            self._clock.wall_ms,
         )
-        sources: dict[str, RecordSource] = {self._self_url: self._local_scan(start, end)}
-        for peer, result in zip(peers, opened, strict=True):
-            if isinstance(result, PeerError):
-                log.info("range: a source is missing: %s", result)
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                sources[peer.url] = result
-        if (shortfall := topology.range_shortfall(sources)) is not None:
-            for source in sources.values():
-                await source.aclose()
-            raise NotEnoughSources(f"answered: {shortfall}")
-        return _merge_newest(sources, topology, self._clock.wall_ms())
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -232,7 +206,7 @@ class Coordinator:
             return None
         return Outcome(Status.UNAVAILABLE, retry_after=min(waits))
 
-    def _locally(self, tally: _Tally[T], operation: Callable[[], T | asyncio.Future[T]]) -> None:
+    def _locally(self, tally: Tally[T], operation: Callable[[], T | asyncio.Future[T]]) -> None:
         """This node's own replica: a LevelDB point operation, on the loop, or a future
         when storage writes a large value in its thread."""
         try:
@@ -274,7 +248,7 @@ class Coordinator:
             if settled is not None:
                 settled()
             return refusal
-        tally: _Tally[bool] = _Tally(quorums, self.counters)
+        tally: Tally[bool] = Tally(quorums, self.counters)
         for url in targets:
             if url != self._self_url:
                 future = self._peers[url].put(key, record)
@@ -324,214 +298,10 @@ class Coordinator:
         if future.cancelled():
             return
         if (error := future.exception()) is not None:
-            _log_replica_failure(url, error)
+            log_replica_failure(url, error)
             return
         self.counters.read_repairs += 1
         log.debug("read repair of %r on %s", key, url)
-
-    async def _local_scan(
-        self, start: bytes, end: bytes | None
-    ) -> AsyncGenerator[tuple[bytes, Record], None]:
-        for count, item in enumerate(self._storage.scan(start, end), start=1):
-            yield item
-            if count % 1024 == 0:
-                await asyncio.sleep(0)  # let other requests in during a long local scan
-
-
-class NotEnoughSources(Exception):
-    """Fewer nodes than a cluster-wide range needs answered before its first byte."""
-
-
-async def _merge_newest(
-    sources: dict[str, RecordSource], topology: Topology, now_ms: int
-) -> AsyncGenerator[tuple[bytes, bytes], None]:
-    """k-way merge of sorted record streams, by the node each comes from: one entry per
-    key, the newest version, tombstones and records expired at `now_ms` dropped. Holds
-    one record per source, whatever the size of the range. Once the sources left fall
-    short of what `topology` asks of a range, raises RangeIncomplete."""
-    urls = list(sources)
-    streams = list(sources.values())
-    heap: list[tuple[bytes, int, Record]] = []
-    live = set(urls)
-
-    async def advance(index: int) -> None:
-        try:
-            key, record = await anext(streams[index])
-        except StopAsyncIteration:
-            return
-        except PeerError as error:
-            live.discard(urls[index])
-            log.warning("range: a source failed mid-stream: %s", error)
-            if (shortfall := topology.range_shortfall(live)) is not None:
-                raise RangeIncomplete(f"left: {shortfall}") from error
-            return
-        heapq.heappush(heap, (key, index, record))
-
-    try:
-        for index in range(len(sources)):
-            await advance(index)
-        while heap:
-            key, index, best = heapq.heappop(heap)
-            await advance(index)
-            while heap and heap[0][0] == key:
-                _, other, record = heapq.heappop(heap)
-                if record.supersedes(best):
-                    best = record
-                await advance(other)
-            if best.live_at(now_ms):
-                yield key, best.value
-    finally:
-        for stream in streams:
-            await stream.aclose()
-
-
-def _log_replica_failure(url: str, error: BaseException) -> None:
-    if isinstance(error, PeerError | DiskFull):
-        log.debug("replica %s failed: %s", url, error)
-    else:
-        log.error("replica call to %s raised", url, exc_info=error)
-
-
-class _Tally(Generic[T]):
-    """The answers of one fan-out as they arrive. `decision()` returns once `ack` of the
-    targets succeeded, or once that became impossible; calls still running then stay in
-    `pending`, and their later successes go to the `on_late` callback (read repair)."""
-
-    __slots__ = (
-        "_ack",
-        "_counters",
-        "_decided",
-        "_failed_urls",
-        "_late",
-        "_quorums",
-        "_settled",
-        "_tolerable",
-        "_unclaimed",
-        "answers",
-        "failures",
-        "no_space",
-        "pending",
-    )
-
-    def __init__(
-        self, quorums: list[tuple[list[str], int]], counters: Counters, keeps_late: bool = False
-    ) -> None:
-        """`quorums`: (replica set, acks needed in it), one per ring; the decision needs
-        every one met. `keeps_late`: successes after the decision are kept for `on_late`
-        (a read's repair); a write's are only counted."""
-        self.answers: dict[str, T] = {}
-        self.failures = 0
-        self.no_space = 0  # failures that were a replica below its disk reserve
-        self.pending: dict[asyncio.Future[T], str] = {}
-        self._late: Callable[[str, T], None] | None = None
-        self._unclaimed: list[tuple[str, T]] | None = [] if keeps_late else None
-        # One replica set (no membership change under way): plain counts will do.
-        self._quorums = quorums if len(quorums) > 1 else None
-        self._failed_urls: list[str] = []
-        nodes, self._ack = quorums[0]
-        self._tolerable = len(nodes) - self._ack
-        self._counters = counters
-        self._decided: asyncio.Future[None] | None = None
-        self._settled: Callable[[], None] | None = None
-
-    @property
-    def quorum_met(self) -> bool:
-        if self._quorums is None:
-            return len(self.answers) >= self._ack
-        return all(sum(url in self.answers for url in nodes) >= ack for nodes, ack in self._quorums)
-
-    @property
-    def is_decided(self) -> bool:
-        if self._quorums is None:
-            return len(self.answers) >= self._ack or self.failures > self._tolerable
-        return self.quorum_met or any(
-            sum(url in self._failed_urls for url in nodes) > len(nodes) - ack
-            for nodes, ack in self._quorums
-        )
-
-    async def decision(self) -> None:
-        if not self.is_decided:
-            self._decided = asyncio.get_running_loop().create_future()
-            await self._decided
-
-    def watch(
-        self,
-        url: str,
-        future: asyncio.Future[T],
-        accept: Callable[[str, T], None] | None = None,
-    ) -> None:
-        """Counts `future`'s outcome; `accept` may turn an answer into a PeerError."""
-        self.pending[future] = url
-        future.add_done_callback(functools.partial(self._done, url, accept))
-
-    def when_settled(self, callback: Callable[[], None]) -> None:
-        """`callback` runs once every call watched has ended (at once if they have)."""
-        if self.pending:
-            self._settled = callback
-        else:
-            callback()
-
-    def on_late(self, callback: Callable[[str, T], None]) -> None:
-        """`callback` gets every success that comes after the decision, including those
-        that came between the decision and this call."""
-        self._late = callback
-        unclaimed, self._unclaimed = self._unclaimed or [], None
-        for url, value in unclaimed:
-            callback(url, value)
-
-    def succeeded(self, url: str, value: T) -> None:
-        if self.is_decided:
-            if self._late is not None:
-                self._late(url, value)
-            elif self._unclaimed is not None:  # late before on_late was called
-                self._unclaimed.append((url, value))
-            return
-        self.answers[url] = value
-        self._check()
-
-    def failed(self, url: str, no_space: bool = False) -> None:
-        if self.is_decided:
-            self._counters.background_failures += 1
-        self.failures += 1
-        if self._quorums is not None:
-            self._failed_urls.append(url)
-        self.no_space += no_space
-        self._check()
-
-    def _done(
-        self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
-    ) -> None:
-        del self.pending[future]
-        try:
-            self._count(url, accept, future)
-        finally:
-            if not self.pending and self._settled is not None:
-                settled, self._settled = self._settled, None
-                settled()
-
-    def _count(
-        self, url: str, accept: Callable[[str, T], None] | None, future: asyncio.Future[T]
-    ) -> None:
-        if future.cancelled():
-            self.failed(url)
-            return
-        error = future.exception()
-        if error is None:
-            value = future.result()
-            try:
-                if accept is not None:
-                    accept(url, value)
-            except PeerError as refused:
-                error = refused
-            else:
-                self.succeeded(url, value)
-                return
-        _log_replica_failure(url, error)
-        self.failed(url, no_space=isinstance(error, ReplicaFull | DiskFull))
-
-    def _check(self) -> None:
-        if self._decided is not None and not self._decided.done() and self.is_decided:
-            self._decided.set_result(None)
 
 
 class _ReadRepair:

@@ -16,13 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from dht.config import NodeConfig
-from dht.coordination.coordinator import (
-    Coordinator,
-    NotEnoughSources,
-    Outcome,
-    RangeIncomplete,
-    Status,
-)
+from dht.coordination.cluster_range import NotEnoughSources, RangeIncomplete
+from dht.coordination.coordinator import Coordinator, Outcome, Status
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import ByteBudget
 from dht.web.server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text

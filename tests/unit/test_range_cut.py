@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dht.coordination.coordinator import RangeIncomplete, RecordSource, _merge_newest
+from dht.coordination.cluster_range import RangeIncomplete, RecordSource, merge_newest
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.model.topology import Topology
@@ -44,7 +44,7 @@ async def merged(failing: list[str]) -> list[bytes]:
     sources: dict[str, RecordSource] = {
         url: Source(url, 1 if url in failing else None) for url in NODES
     }
-    return [key async for key, _ in _merge_newest(sources, SHRINK, now_ms=0)]
+    return [key async for key, _ in merge_newest(sources, SHRINK, now_ms=0)]
 
 
 async def test_a_range_that_keeps_enough_of_each_list_ends_whole() -> None:
