@@ -1,6 +1,7 @@
 """Talking to other nodes: a replica channel per peer (`dht.replication.channel`) for record
-reads and writes, an HTTP session per peer for its local range stream, a deadline on
-every call and a circuit breaker per peer."""
+reads and writes, an HTTP session per peer for its local range stream
+(`dht.replication.range_stream`), a deadline on every call and a circuit breaker per
+peer."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from yarl import URL
 
 from dht.config import NodeConfig
 from dht.model.keys import query_value
-from dht.model.record import CorruptRecord, Record, decode
+from dht.model.record import Record
 from dht.replication.breaker import Breaker, State
 from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
 from dht.replication.protocol import (
@@ -35,7 +36,8 @@ from dht.replication.protocol import (
     Stored,
     Why,
 )
-from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, RING_HEADER, SECRET_HEADER
+from dht.replication.range_stream import RecordStream
+from dht.replication.wire import RECORDS_PATH, RING_HEADER, SECRET_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,6 @@ __all__ = [
     "PeerError",
     "PeerUnavailable",
     "Peers",
-    "RecordStream",
     "ReplicaFull",
     "VersionRefused",
 ]
@@ -365,67 +366,6 @@ def _unexpected(answer: Answer) -> PeerError:
             return VersionRefused(f"declined: {answer.reason}")
         return PeerError(f"declined: {answer.reason}")
     return PeerError(f"answered {type(answer).__name__}")
-
-
-class OversizedFrame(ValueError):
-    """A range stream frame claims a key or record longer than any node may hold."""
-
-
-class RecordStream:
-    """A peer's local range being read: async-iterates (key, record) frames; `aclose`
-    releases the connection, even when iteration never started. A frame's lengths are
-    checked against `max_key` and `max_record` before anything of that length is read."""
-
-    def __init__(
-        self,
-        url: str,
-        response: aiohttp.ClientResponse,
-        timeout: float,
-        max_key: int,
-        max_record: int,
-    ) -> None:
-        self._url = url
-        self._response = response
-        self.timeout = timeout
-        self._max_key = max_key
-        self._max_record = max_record
-
-    def __aiter__(self) -> RecordStream:
-        return self
-
-    async def __anext__(self) -> tuple[bytes, Record]:
-        content = self._response.content
-        try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    header = await content.readexactly(FRAME_LENGTH.size)
-                except asyncio.IncompleteReadError as exc:
-                    if exc.partial:
-                        raise
-                    await self.aclose()  # a clean end between frames
-                    raise StopAsyncIteration from None
-                key_length = _length(header, self._max_key, "key")
-                key = await content.readexactly(key_length)
-                raw_length = await content.readexactly(FRAME_LENGTH.size)
-                data = await content.readexactly(_length(raw_length, self._max_record, "record"))
-                record = decode(data)
-        except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            await self.aclose()
-            raise PeerError(f"{self._url}: range stream failed: {exc!r}") from exc
-        except (CorruptRecord, OversizedFrame) as exc:
-            await self.aclose()
-            raise PeerError(f"{self._url}: bad record in range stream: {exc}") from exc
-        return key, record
-
-    async def aclose(self) -> None:
-        self._response.close()
-
-
-def _length(raw: bytes, longest: int, what: str) -> int:
-    length: int = FRAME_LENGTH.unpack(raw)[0]
-    if length > longest:
-        raise OversizedFrame(f"a {what} of {length} bytes, over the largest possible ({longest})")
-    return length
 
 
 class Peers:
