@@ -29,7 +29,7 @@ from dht.model.clock import HybridClock
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
-from dht.replication.channel import ServerConnection
+from dht.replication.channel_server import ServerConnection
 from dht.replication.peers import Peer
 from dht.replication.protocol import MESSAGE_OVERHEAD
 from dht.storage.membership import Membership

@@ -19,7 +19,7 @@ from aiohttp import web
 from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
-from dht.replication.channel import ReplicaRefusal
+from dht.replication.channel_server import ReplicaRefusal
 from dht.replication.protocol import PROTOCOL_VERSION, Hello, Why
 from dht.replication.wire import (
     EXCHANGE_PATH,
@@ -57,7 +57,7 @@ class InternalApi:
         # node does not own), set by the node.
         self.on_stored: Callable[[bytes, Record], None] | None = None
 
-    # -- the replica channel (dht.replication.channel.ServerConnection calls these) ---------
+    # -- the replica channel (dht.replication.channel_server.ServerConnection calls these) --
 
     def admit(self, hello: Hello) -> str | None:
         if hello.version != PROTOCOL_VERSION:

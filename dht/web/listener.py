@@ -14,7 +14,7 @@ import logging
 from aiohttp import web
 
 from dht.model.log_limits import RateLimitedLog
-from dht.replication.channel import ProtocolSniffer, ReplicaService, ServerConnection
+from dht.replication.channel_server import ProtocolSniffer, ReplicaService, ServerConnection
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import Budget
 
@@ -46,7 +46,7 @@ class SharedPortSite(web.BaseSite):
         await super().start()
         http = self._runner.server
         assert http is not None
-        garbage = RateLimitedLog(logging.getLogger("dht.replication.channel"))
+        garbage = RateLimitedLog(logging.getLogger("dht.replication.channel_server"))
         handshakes = Handshakes(garbage)
 
         def channel() -> ServerConnection:

@@ -1,0 +1,219 @@
+"""The replica channel's server end: this node answering its peers' record calls
+(`dht.replication.channel` is the client end).
+
+`ServerConnection` answers calls synchronously from storage (a LevelDB point operation
+each), so a batch of requests that arrived together is answered in one write, with no
+task per call. When the client stops reading, the server stops reading from it too.
+Until its HELLO is admitted a connection is a stranger's: it may send one small HELLO
+and nothing else, within a deadline (`dht.replication.handshakes`).
+
+`ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
+byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
+handed to aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record
+from dht.replication.connection import Connection
+from dht.replication.handshakes import Handshakes
+from dht.replication.protocol import (
+    PREFACE,
+    Budget,
+    Failed,
+    GetRecord,
+    Hello,
+    ProtocolError,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Refused,
+    ReplicaCodec,
+    Role,
+    Stored,
+    Unadmitted,
+    Welcome,
+    Why,
+)
+
+log = logging.getLogger(__name__)
+
+_OVER_BUDGET = "over its byte budget (--max-in-flight-bytes): try later"
+
+
+class ReplicaRefusal(Exception):
+    """A replica declines one call: `why`, and the message as the reason, go back in
+    FAILED."""
+
+    def __init__(self, why: Why, reason: str) -> None:
+        super().__init__(reason)
+        self.why = why
+
+
+class ReplicaService(Protocol):
+    """What the server end calls: this node's side of the replica protocol."""
+
+    def admit(self, hello: Hello) -> str | None:
+        """None to open the channel, or the reason it is refused."""
+
+    def rpc_get(self, key: bytes) -> Record | None: ...
+
+    def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
+        """Whether it was stored (a future when the write takes a while); raises
+        ReplicaRefusal, or fails the future with it, to decline."""
+
+
+class ServerConnection(Connection):
+    def __init__(
+        self,
+        service: ReplicaService,
+        max_message_bytes: int,
+        live: set[ServerConnection],
+        garbage: RateLimitedLog,
+        budget: Budget | None = None,
+        handshakes: Handshakes | None = None,
+    ) -> None:
+        """`handshakes`, when given, bounds how long and how many connections may wait
+        for their HELLO."""
+        super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget), budget)
+        self._service = service
+        self._live = live
+        self._garbage = garbage
+        self._handshakes = handshakes
+        self._refused = False
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._live.add(self)
+        peername = transport.get_extra_info("peername")
+        if peername:
+            self.peer = f"{peername[0]}:{peername[1]}"
+        if self._handshakes is not None:
+            self._handshakes.begin(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._live.discard(self)
+        if self._handshakes is not None:
+            self._handshakes.end(self)
+        self.codec.release_partials()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self.codec.receive_data(data)
+        try:
+            # Nothing after a refused HELLO is read, not even calls sent right behind it.
+            while not self._refused and (event := self.codec.next_event()) is not None:
+                self._answer(event, self.codec.held)
+        except ProtocolError as exc:
+            self._garbage.warning(
+                "garbage", "replica channel from %s sent garbage (%s): closing it", self.peer, exc
+            )
+            self.abort()
+            return
+        self.flush()
+
+    def _answer(self, event: object, held: int) -> None:
+        """Answers one event; `held` bytes of the budget go back once its message is
+        done with (for a large write, when it has landed)."""
+        answered_later = isinstance(event, PutRecord) and self._put(event, held)
+        if held and not answered_later and self._budget is not None:
+            self._budget.release(held)
+        if isinstance(event, Unadmitted):
+            self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
+        elif isinstance(event, GetRecord):
+            record = self._service.rpc_get(event.key)
+            if record is None:
+                self.send(RecordAbsent(event.call_id))
+            elif not self.send(RecordFound(event.call_id, record), weighed=True):
+                self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
+        elif isinstance(event, Hello):
+            if self._handshakes is not None:
+                self._handshakes.end(self)  # welcomed, or closed after its refusal
+            reason = self._service.admit(event)
+            if reason is None:
+                self.send(Welcome())
+                return
+            self._garbage.warning(  # anyone can send a HELLO: a flood logs a few lines
+                "refused",
+                "refused a replica channel from %s (%s): %s",
+                event.sender,
+                self.peer,
+                reason,
+            )
+            self._refused = True
+            self.send(Refused(reason))
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()  # after the REFUSED frame is written
+
+    def _put(self, event: PutRecord, held: int) -> bool:
+        """Answers a write; True when it will be answered later (a large value, written
+        in storage's thread, is answered when it lands)."""
+        try:
+            stored = self._service.rpc_put(event.key, event.record)
+        except ReplicaRefusal as refusal:
+            self.send(Failed(event.call_id, refusal.why, str(refusal)))
+            return False
+        if isinstance(stored, bool):
+            self.send(Stored(event.call_id, stored))
+            return False
+        stored.add_done_callback(functools.partial(self._stored_later, event.call_id, held))
+        return True
+
+    def _stored_later(self, call_id: int, held: int, stored: asyncio.Future[bool]) -> None:
+        if held and self._budget is not None:
+            self._budget.release(held)
+        if self.closed or stored.cancelled():
+            return
+        error = stored.exception()
+        if error is None:
+            self.send(Stored(call_id, stored.result()))
+        elif isinstance(error, ReplicaRefusal):
+            self.send(Failed(call_id, error.why, str(error)))
+        else:
+            log.error("a replica write failed", exc_info=error)
+            self.send(Failed(call_id, Why.DECLINED, f"internal error: {type(error).__name__}"))
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.transport is not None:
+            self.transport.pause_reading()  # a client that does not read gets no answers
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        super().resume_writing()
+
+
+class ProtocolSniffer(asyncio.Protocol):
+    """The first protocol of every accepted connection: on the first byte it hands the
+    connection to the replica channel (0x00) or to the HTTP server (anything else)."""
+
+    def __init__(
+        self,
+        http: Callable[[], asyncio.Protocol],
+        channel: Callable[[], asyncio.Protocol],
+    ) -> None:
+        self._http = http
+        self._channel = channel
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._transport is not None
+        protocol = self._channel() if data[:1] == PREFACE[:1] else self._http()
+        self._transport.set_protocol(protocol)
+        protocol.connection_made(self._transport)
+        protocol.data_received(data)
