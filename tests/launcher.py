@@ -32,22 +32,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from dht.config import NodeConfig
 from dht.model.record import Record, decode
 from dht.model.ring import ring_identity
-from dht.replication.protocol import (
+from dht.replication.messages import (
     PROTOCOL_VERSION,
     Answer,
     Failed,
-    Frame,
     GetRecord,
     Hello,
     PutRecord,
     RecordAbsent,
     RecordFound,
     Refused,
-    ReplicaCodec,
     Request,
-    Role,
     Stored,
 )
+from dht.replication.protocol import Frame, ReplicaCodec, Role
 from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
 

@@ -19,21 +19,19 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from dht.replication.connection import Connection
-from dht.replication.protocol import (
+from dht.replication.messages import (
     Answer,
-    Budget,
     Failed,
     Hello,
     ProtocolError,
     RecordAbsent,
     RecordFound,
     Refused,
-    ReplicaCodec,
     Request,
-    Role,
     Stored,
     Welcome,
 )
+from dht.replication.protocol import Budget, ReplicaCodec, Role
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,7 @@ from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.connection import Connection
 from dht.replication.handshakes import Handshakes
-from dht.replication.protocol import (
-    PREFACE,
-    Budget,
+from dht.replication.messages import (
     Failed,
     GetRecord,
     Hello,
@@ -35,13 +33,12 @@ from dht.replication.protocol import (
     RecordAbsent,
     RecordFound,
     Refused,
-    ReplicaCodec,
-    Role,
     Stored,
     Unadmitted,
     Welcome,
     Why,
 )
+from dht.replication.protocol import PREFACE, Budget, ReplicaCodec, Role
 
 log = logging.getLogger(__name__)
 

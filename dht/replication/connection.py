@@ -20,17 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-from dht.replication.protocol import (
-    HANDSHAKE_CALL,
-    Answer,
-    Budget,
-    Frame,
-    Hello,
-    Refused,
-    ReplicaCodec,
-    Request,
-    Welcome,
-)
+from dht.replication.messages import HANDSHAKE_CALL, Answer, Hello, Refused, Request, Welcome
+from dht.replication.protocol import Budget, Frame, ReplicaCodec
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,9 @@ from dht.model.keys import query_value
 from dht.model.record import Record
 from dht.replication.breaker import Breaker, State
 from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
-from dht.replication.protocol import (
-    MESSAGE_OVERHEAD,
+from dht.replication.messages import (
     PROTOCOL_VERSION,
     Answer,
-    Budget,
     Failed,
     GetRecord,
     Hello,
@@ -36,6 +34,7 @@ from dht.replication.protocol import (
     Stored,
     Why,
 )
+from dht.replication.protocol import MESSAGE_OVERHEAD, Budget
 from dht.replication.range_stream import RecordStream
 from dht.replication.wire import RECORDS_PATH, RING_HEADER, SECRET_HEADER
 

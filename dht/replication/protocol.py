@@ -12,73 +12,52 @@ Every frame: body length (u32), op (u8, high bit `MORE` = more fragments follow)
 id (u32), body. A message whose body is larger than `FRAGMENT_BYTES` travels as several
 frames with the same op and call id, so a large value can be interleaved with small
 calls instead of holding them behind it; no frame's body is larger. Call id 0 is the
-handshake.
+handshake. The messages and each op's body are `dht.replication.messages`.
 
 Before the handshake is done a peer is nobody: its first frame must be the opening one
 (HELLO to a server; WELCOME or REFUSED to a client), in one frame of at most
 `HANDSHAKE_BYTES`. A frame is judged by its header (op, call id, length) before any of
 its body is buffered, so a stranger can make a receiver hold a few KiB at most, and
 nothing of the byte budget.
-
-| op | from | body |
-| --- | --- | --- |
-| HELLO | client, first | version (u16); sender URL, ring identity, secret (u16 length + UTF-8) |
-| WELCOME | server | empty: the channel is open |
-| REFUSED | server | reason (UTF-8); the server closes the connection after it |
-| GET | client | key |
-| PUT | client | key length (u32), key, record (`dht.model.record` encoding, version inside) |
-| RECORD | server, answers GET | record |
-| ABSENT | server, answers GET | empty: no record for that key |
-| STORED | server, answers PUT | 1 byte: 1 stored, 0 kept (the replica held a newer record) |
-| FAILED | server, answers GET or PUT | why (u8, `Why`), then a reason (UTF-8) |
 """
 
 from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from dht.model.record import CorruptRecord, Record, decode, encode_header
+from dht.model.record import CorruptRecord
+from dht.replication.messages import (
+    HANDSHAKE_CALL,
+    ChannelMisuse,
+    Event,
+    Failed,
+    GetRecord,
+    Hello,
+    Op,
+    ProtocolError,
+    PutRecord,
+    RecordAbsent,
+    RecordFound,
+    Refused,
+    Stored,
+    Unadmitted,
+    Welcome,
+    decode_body,
+    encode_body,
+)
 
-PROTOCOL_VERSION = 1
 PREFACE = b"\x00dht-replica\r\n"
 FRAGMENT_BYTES = 64 * 1024
-HANDSHAKE_CALL = 0
 # The largest body of a HELLO, WELCOME or REFUSED: a HELLO with a 1 KiB secret and the
 # longest host name fits with room to spare.
 HANDSHAKE_BYTES = 4 * 1024
 
 _FRAME = struct.Struct(">IBI")
 _MORE = 0x80
-_VERSION = struct.Struct(">H")
-_TEXT_LENGTH = struct.Struct(">H")
-_KEY_LENGTH = struct.Struct(">I")
 # Headroom over a value for a PUT's key length, record header and framing.
 MESSAGE_OVERHEAD = 64
-
-
-class Op(enum.IntEnum):
-    HELLO = 1
-    WELCOME = 2
-    REFUSED = 3
-    GET = 4
-    PUT = 5
-    RECORD = 6
-    ABSENT = 7
-    STORED = 8
-    FAILED = 9
-
-
-class Why(enum.IntEnum):
-    """Why a replica declined a call (the first byte of FAILED)."""
-
-    DECLINED = 0  # anything else: the reason says
-    VERSION_AHEAD = 1  # the record's version is too far ahead of the replica's clock
-    NO_SPACE = 2  # the replica's volume is below its free-space reserve
-    OVERLOADED = 3  # the replica holds as many bytes of values as it takes (its budget)
 
 
 _OPS = {op.value: op for op in Op}
@@ -95,90 +74,10 @@ class Budget(Protocol):
     def release(self, size: int) -> None: ...
 
 
-class ProtocolError(Exception):
-    """The peer sent bytes that are not this protocol: the connection must be closed."""
-
-
-class ChannelMisuse(Exception):
-    """This side tried to send something its role may not send (a bug, not the peer)."""
-
-
 class Role(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
 
-
-# Events are made once per frame on the hot path: plain slotted dataclasses, since a
-# frozen one's __init__ costs three times as much. Nothing mutates an event once made.
-
-
-@dataclass(slots=True)
-class Hello:
-    version: int
-    sender: str
-    ring: str
-    secret: str
-
-
-@dataclass(slots=True)
-class Unadmitted:
-    """A call whose message was over the receiver's byte budget: its fragments past that
-    point were dropped unread, and the call must be answered with a refusal."""
-
-    call_id: int
-
-
-@dataclass(slots=True)
-class Welcome:
-    pass
-
-
-@dataclass(slots=True)
-class Refused:
-    reason: str
-
-
-@dataclass(slots=True)
-class GetRecord:
-    call_id: int
-    key: bytes
-
-
-@dataclass(slots=True)
-class PutRecord:
-    call_id: int
-    key: bytes
-    record: Record
-
-
-@dataclass(slots=True)
-class RecordFound:
-    call_id: int
-    record: Record
-
-
-@dataclass(slots=True)
-class RecordAbsent:
-    call_id: int
-
-
-@dataclass(slots=True)
-class Stored:
-    call_id: int
-    stored: bool
-
-
-@dataclass(slots=True)
-class Failed:
-    call_id: int
-    why: Why
-    reason: str
-
-
-Handshake = Hello | Welcome | Refused
-Request = GetRecord | PutRecord | Unadmitted
-Answer = RecordFound | RecordAbsent | Stored | Failed
-Event = Handshake | Request | Answer
 
 # What each role receives: first the handshake, then calls (server) or answers (client).
 _OPENING = {Role.SERVER: {Op.HELLO}, Role.CLIENT: {Op.WELCOME, Op.REFUSED}}
@@ -328,7 +227,7 @@ class ReplicaCodec:
 
     def _event(self, op: Op, call_id: int, body: bytes | memoryview) -> Event:
         try:
-            event = _DECODERS[op](call_id, body)
+            event = decode_body(op, call_id, body)
         except (struct.error, UnicodeDecodeError, CorruptRecord) as exc:
             raise ProtocolError(f"malformed {op.name}: {exc}") from exc
         if op in _OPENING[self.role]:
@@ -341,7 +240,7 @@ class ReplicaCodec:
         """The frames that carry `event`: one, or the fragments of a large value."""
         if not isinstance(event, _SENDS[self.role]):
             raise ChannelMisuse(f"a {self.role.value} does not send {type(event).__name__}")
-        op, call_id, head, value = _encode(event)
+        op, call_id, head, value = encode_body(event)
         if isinstance(event, Hello | Welcome | Refused) and len(head) > HANDSHAKE_BYTES:
             raise ChannelMisuse(f"{op.name} of {len(head)} bytes is over the handshake limit")
         if isinstance(event, Hello):
@@ -363,100 +262,3 @@ class ReplicaCodec:
             in_value = view[max(start - len(head), 0) : max(end - len(head), 0)]
             frames.append((header + head[start:end], in_value))
         return frames
-
-
-# -- bodies ----------------------------------------------------------------------------
-
-
-def _encode(event: Event) -> tuple[Op, int, bytes, bytes]:
-    """op, call id, and the body as its head and the value that follows it (empty but for
-    PUT and RECORD), so a large value is sent from where it is."""
-    match event:
-        case GetRecord(call_id, key):
-            return Op.GET, call_id, key, b""
-        case PutRecord(call_id, key, record):
-            head = _KEY_LENGTH.pack(len(key)) + key + encode_header(record)
-            return Op.PUT, call_id, head, record.value
-        case RecordFound(call_id, record):
-            return Op.RECORD, call_id, encode_header(record), record.value
-        case RecordAbsent(call_id):
-            return Op.ABSENT, call_id, b"", b""
-        case Stored(call_id, stored):
-            return Op.STORED, call_id, b"\x01" if stored else b"\x00", b""
-        case Failed(call_id, why, reason):
-            return Op.FAILED, call_id, bytes((why,)) + reason.encode(), b""
-        case Hello(version, sender, ring, secret):
-            texts = b"".join(_text(part) for part in (sender, ring, secret))
-            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts, b""
-        case Welcome():
-            return Op.WELCOME, HANDSHAKE_CALL, b"", b""
-        case Refused(reason):
-            return Op.REFUSED, HANDSHAKE_CALL, reason.encode(), b""
-    raise ChannelMisuse(f"not an event: {event!r}")
-
-
-def _text(value: str) -> bytes:
-    data = value.encode()
-    return _TEXT_LENGTH.pack(len(data)) + data
-
-
-def _decode_hello(call_id: int, body: bytes) -> Hello:
-    (version,) = _VERSION.unpack_from(body)
-    if version != PROTOCOL_VERSION:
-        # Only the version is read: a later version may lay out the rest differently.
-        return Hello(version, "", "", "")
-    texts: list[str] = []
-    offset = _VERSION.size
-    for _ in range(3):
-        (length,) = _TEXT_LENGTH.unpack_from(body, offset)
-        offset += _TEXT_LENGTH.size
-        if offset + length > len(body):
-            raise ProtocolError("HELLO is truncated")
-        texts.append(body[offset : offset + length].decode())
-        offset += length
-    if offset != len(body):
-        raise ProtocolError("HELLO has trailing bytes")
-    return Hello(version, *texts)
-
-
-def _decode_put(call_id: int, body: bytes | memoryview) -> PutRecord:
-    (key_length,) = _KEY_LENGTH.unpack_from(body)
-    start = _KEY_LENGTH.size
-    if start + key_length > len(body):
-        raise ProtocolError("PUT key is truncated")
-    key = bytes(body[start : start + key_length])
-    return PutRecord(call_id, key, decode(body[start + key_length :]))
-
-
-def _decode_stored(call_id: int, body: bytes) -> Stored:
-    if body not in (b"\x00", b"\x01"):
-        raise ProtocolError("STORED carries one byte, 0 or 1")
-    return Stored(call_id, body == b"\x01")
-
-
-def _why(value: int) -> Why:
-    try:
-        return Why(value)
-    except ValueError:
-        return Why.DECLINED  # a later version's reason: still a refusal
-
-
-def _empty(event: Event, op: Op, body: bytes) -> Event:
-    if body:
-        raise ProtocolError(f"{op.name} has a body")
-    return event
-
-
-# PUT and RECORD may get a memoryview (a message assembled from fragments); the others
-# always get bytes.
-_DECODERS: dict[Op, Callable[[int, Any], Event]] = {
-    Op.HELLO: _decode_hello,
-    Op.WELCOME: lambda call_id, body: _empty(Welcome(), Op.WELCOME, body),
-    Op.REFUSED: lambda call_id, body: Refused(body.decode()),
-    Op.GET: lambda call_id, body: GetRecord(call_id, body),
-    Op.PUT: _decode_put,
-    Op.RECORD: lambda call_id, body: RecordFound(call_id, decode(body)),
-    Op.ABSENT: lambda call_id, body: _empty(RecordAbsent(call_id), Op.ABSENT, body),
-    Op.STORED: _decode_stored,
-    Op.FAILED: lambda call_id, body: Failed(call_id, _why(body[0]), body[1:].decode()),
-}

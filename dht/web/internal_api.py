@@ -20,7 +20,7 @@ from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.channel_server import ReplicaRefusal
-from dht.replication.protocol import PROTOCOL_VERSION, Hello, Why
+from dht.replication.messages import PROTOCOL_VERSION, Hello, Why
 from dht.replication.wire import (
     EXCHANGE_PATH,
     RECORD_CONTENT_TYPE,

@@ -12,7 +12,7 @@ import pytest
 
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.protocol import Stored
+from dht.replication.messages import Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
 from tests.spec.rules import rule

@@ -11,7 +11,8 @@ import struct
 
 import pytest
 
-from dht.replication.protocol import FRAGMENT_BYTES, PREFACE, Op, RecordAbsent
+from dht.replication.messages import Op, RecordAbsent
+from dht.replication.protocol import FRAGMENT_BYTES, PREFACE
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, request, wait_for
 from tests.spec.rules import rule

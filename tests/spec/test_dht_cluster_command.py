@@ -17,7 +17,7 @@ import pytest
 
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.protocol import PutRecord, Refused
+from dht.replication.messages import PutRecord, Refused
 from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
 from tests.spec.rules import rule
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from dht.model.record import Record
-from dht.replication.protocol import Stored
+from dht.replication.messages import Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, request
 from tests.spec.rules import rule

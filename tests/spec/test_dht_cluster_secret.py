@@ -12,7 +12,7 @@ import pytest
 
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.protocol import PutRecord, RecordAbsent, RecordFound, Refused, Stored
+from dht.replication.messages import PutRecord, RecordAbsent, RecordFound, Refused, Stored
 from dht.replication.wire import RING_HEADER, SECRET_HEADER
 from tests.fixtures import ClusterFactory
 from tests.launcher import HOST, Node, free_ports, peer_hello, replica_call, request

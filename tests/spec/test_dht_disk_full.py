@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.replication.protocol import RecordFound
+from dht.replication.messages import RecordFound
 from tests.fixtures import ClusterFactory
 from tests.launcher import Node, request, wait_for
 from tests.spec.rules import rule

@@ -17,7 +17,7 @@ from dht.config import NodeConfig
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.model.ring import Ring
-from dht.replication.protocol import Stored
+from dht.replication.messages import Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, Node, expect, request, run_module, wait_for
 from tests.spec.rules import rule

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dht.model.record import Record
-from dht.replication.protocol import RecordAbsent, RecordFound, Stored
+from dht.replication.messages import RecordAbsent, RecordFound, Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import Cluster, wait_for
 from tests.spec.rules import rule

@@ -8,7 +8,7 @@ import pytest
 
 from dht.model.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.protocol import Failed, RecordFound, Stored
+from dht.replication.messages import Failed, RecordFound, Stored
 from tests.fixtures import ClusterFactory
 from tests.launcher import wait_for
 from tests.spec.rules import rule

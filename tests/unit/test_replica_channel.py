@@ -8,16 +8,8 @@ from collections.abc import Callable
 
 from dht.model.record import Record
 from dht.replication.channel import ClientConnection, PeerError
-from dht.replication.protocol import (
-    FRAGMENT_BYTES,
-    PROTOCOL_VERSION,
-    Answer,
-    Hello,
-    PutRecord,
-    ReplicaCodec,
-    Request,
-    Role,
-)
+from dht.replication.messages import PROTOCOL_VERSION, Answer, Hello, PutRecord, Request
+from dht.replication.protocol import FRAGMENT_BYTES, ReplicaCodec, Role
 from dht.web.admission import ByteBudget
 
 LIMIT = 1 << 24

@@ -10,15 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dht.model.record import Record
-from dht.replication.protocol import (
-    FRAGMENT_BYTES,
-    HANDSHAKE_BYTES,
-    PREFACE,
+from dht.replication.messages import (
     PROTOCOL_VERSION,
     ChannelMisuse,
     Event,
     Failed,
-    Frame,
     GetRecord,
     Hello,
     ProtocolError,
@@ -26,12 +22,18 @@ from dht.replication.protocol import (
     RecordAbsent,
     RecordFound,
     Refused,
-    ReplicaCodec,
-    Role,
     Stored,
     Unadmitted,
     Welcome,
     Why,
+)
+from dht.replication.protocol import (
+    FRAGMENT_BYTES,
+    HANDSHAKE_BYTES,
+    PREFACE,
+    Frame,
+    ReplicaCodec,
+    Role,
 )
 
 LIMIT = 1 << 20
