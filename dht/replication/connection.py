@@ -15,15 +15,12 @@ budget counts the value it pins until the last fragment is out.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
 from dht.replication.messages import HANDSHAKE_CALL, Answer, Hello, Refused, Request, Welcome
 from dht.replication.protocol import Budget, Frame, ReplicaCodec
-
-log = logging.getLogger(__name__)
 
 # Bytes a connection lets pile up in its transport before it stops feeding it fragments.
 _WRITE_HIGH_WATER = 256 * 1024
