@@ -30,6 +30,16 @@ def test_every_module_and_folder_it_names_exists() -> None:
     assert missing == []
 
 
+def test_every_module_of_dht_is_on_the_map() -> None:
+    """The code map names every module inside dht's packages (a new one goes on it)."""
+    modules = {
+        str(path.relative_to(REPOSITORY / "dht"))
+        for path in (REPOSITORY / "dht").glob("*/*.py")
+        if path.name != "__init__.py"
+    }
+    assert sorted(module for module in modules if f"`{module}`" not in PAGE) == []
+
+
 def test_the_diagram_names_each_layer_that_exists() -> None:
     diagram = PAGE.split("```")[1]
     listed = {line.split()[0] for line in diagram.splitlines() if line.strip()}
