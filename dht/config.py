@@ -1,9 +1,17 @@
-"""Every setting of a node, with its default, in one frozen dataclass."""
+"""Every setting of a node, declared once: its field of `NodeConfig` carries its default
+and, in `Setting`, its flag, bounds and help. The command line's flags, the flags the
+local cluster passes on to its nodes and README's flags table are all made from these
+declarations (dht/command_line/node_flags.py, dht/testbed/cluster.py, and a test that
+README's table is `flags_table()`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
@@ -12,49 +20,266 @@ MiB = 1024 * 1024
 MAX_SECRET_BYTES = 1024
 
 
+# -- the bounds of a flag's value: argparse `type`s, whose names appear in its errors -----
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number, 1 to 65535")
+    return value
+
+
+def cluster_secret(text: str) -> str:
+    if len(text.encode()) > MAX_SECRET_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECRET_BYTES} bytes")
+    return text
+
+
+# -- the declaration of one setting --------------------------------------------------------
+
+
 @dataclass(frozen=True)
+class Setting:
+    """How one `NodeConfig` field is given on the command line. `scope` "node": only
+    `node` takes it (where and who the node is); "shared": `cluster` takes it too and
+    passes it on to every node it starts (through the environment, if `environment`)."""
+
+    help: str
+    scope: Literal["node", "shared"] = "shared"
+    parse: Callable[[str], Any] | None = None  # argparse's `type`: parses and bounds
+    flag: str = ""  # "" for --the-field-name
+    action: Literal["store_true", "store_false", "append"] | None = None
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    required: bool = False
+    environment: str | None = None  # the variable the default is read from
+
+
+def setting(default: Any = dataclasses.MISSING, **declaration: Any) -> Any:
+    """A `NodeConfig` field with its default and its `Setting`."""
+    return field(default=default, metadata={"setting": Setting(**declaration)})
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting as the command line knows it: the field, its flag and its declaration."""
+
+    name: str
+    flag: str
+    default: Any  # dataclasses.MISSING for a field every NodeConfig is given
+    setting: Setting
+
+
+def node_flags() -> Iterator[Flag]:
+    """Every setting of `NodeConfig`, in the order `--help` and README list them."""
+    for spec in dataclasses.fields(NodeConfig):
+        declared: Setting = spec.metadata["setting"]
+        flag = declared.flag or "--" + spec.name.replace("_", "-")
+        yield Flag(spec.name, flag, spec.default, declared)
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeConfig:
-    port: int
-    data_dir: Path
-    cluster: tuple[str, ...]
-    self_url: str
-    host: str = "127.0.0.1"
-    timeout: float = 1.0
-    breaker_threshold: int = 5
-    breaker_cooldown: float = 2.0
-    vnodes: int = 512
-    max_value_bytes: int = 16 * MiB
-    max_key_bytes: int = 64 * 1024
-    max_in_flight: int = 512
-    max_in_flight_bytes: int = 256 * MiB
-    sync_writes: bool = False
-    # Free space kept on the data volume: below it, writes are refused (507).
-    disk_reserve: int = 32 * MiB
-    secret: str | None = None
-    hint_max_bytes: int = 256 * MiB
-    hint_max_age: float = 3 * 3600.0
-    hint_interval: float = 0.5
-    # Seconds between anti-entropy exchanges with each peer (0: none), and the records a
-    # second an exchange may move.
-    anti_entropy_interval: float = 60.0
-    anti_entropy_rate: float = 1000.0
+    port: int = setting(scope="node", parse=port_number, required=True, help="port to listen on")
+    host: str = setting(
+        "127.0.0.1", scope="node", help="address to listen on (default %(default)s)"
+    )
+    data_dir: Path = setting(
+        scope="node",
+        parse=Path,
+        required=True,
+        help="folder of this node's LevelDB (created if missing)",
+    )
+    cluster: tuple[str, ...] = setting(
+        scope="node",
+        required=True,
+        help="comma-separated URLs of every node, http://host:port, the same on every node",
+    )
+    self_url: str = setting(
+        scope="node",
+        flag="--self",
+        help="URL the other nodes reach this node at; default: the --cluster "
+        "entry with this --port (differs behind a proxy)",
+    )
+    # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
+    routes: tuple[tuple[str, str], ...] = setting(
+        (),
+        scope="node",
+        flag="--route",
+        action="append",
+        metavar="PEER_URL=DIAL_URL",
+        help="reach peer PEER_URL by dialling DIAL_URL instead (a proxy on that link); "
+        "repeatable. The chaos test bed uses it to put Toxiproxy on every link",
+    )
+    join: bool = setting(
+        False,
+        scope="node",
+        action="store_true",
+        help="start as a node joining the cluster of the other --cluster entries, in the "
+        "joint phase of a membership change, rather than as a member of all of them; "
+        "then move the cluster to the new list with `python -m dht membership` (see its "
+        "--help). A data folder's saved membership wins over it, as over --cluster "
+        "(default off)",
+    )
+    timeout: float = setting(
+        1.0,
+        parse=positive_float,
+        help="deadline in seconds of one request to a replica (default %(default)s)",
+    )
+    breaker_threshold: int = setting(
+        5,
+        parse=positive_int,
+        help="consecutive failures that open a peer's circuit (default %(default)s)",
+    )
+    breaker_cooldown: float = setting(
+        2.0,
+        parse=positive_float,
+        help="seconds an open circuit waits before one probe (default %(default)s)",
+    )
+    vnodes: int = setting(
+        512,
+        parse=positive_int,
+        help="virtual nodes per node on the hash ring; must be the same on "
+        "every node (default %(default)s)",
+    )
+    max_value_bytes: int = setting(
+        16 * MiB,
+        parse=positive_int,
+        help="largest accepted value; larger bodies get 413 (default %(default)s)",
+    )
+    max_key_bytes: int = setting(
+        64 * 1024,
+        parse=positive_int,
+        help="longest accepted key, in UTF-8 bytes; longer ones get 400 (default %(default)s)",
+    )
+    max_in_flight: int = setting(
+        512,
+        parse=positive_int,
+        help="client requests worked on at once; more get 503 at once (default %(default)s)",
+    )
+    max_in_flight_bytes: int = setting(
+        256 * MiB,
+        parse=positive_int,
+        help="bytes of values a node holds at once; a PUT past it gets 503 before its "
+        "body is read (default %(default)s, 256 MiB)",
+    )
+    hint_max_bytes: int = setting(
+        256 * MiB,
+        parse=non_negative_int,
+        help="cap on the hints kept for unreachable replicas; past it the oldest are "
+        "dropped; 0 keeps none (default %(default)s)",
+    )
+    hint_max_age: float = setting(
+        3 * 3600.0,
+        parse=positive_float,
+        help="seconds a hint is kept before it is dropped undelivered, at most half of "
+        "--tombstone-grace (default %(default)s)",
+    )
+    hint_interval: float = setting(
+        0.5,
+        parse=positive_float,
+        help="seconds between rounds of hint delivery (default %(default)s)",
+    )
+    anti_entropy_interval: float = setting(
+        60.0,
+        parse=non_negative_float,
+        help="seconds between anti-entropy exchanges with each peer, which compare hash "
+        "trees and copy what differs, newest wins; 0 turns them off (default %(default)s)",
+    )
+    anti_entropy_rate: float = setting(
+        1000.0,
+        parse=positive_float,
+        help="records per second an anti-entropy exchange may copy (default %(default)s)",
+    )
+    handoff_rate: float = setting(
+        5000.0,
+        parse=positive_float,
+        help="records per second a node's handoff may send to the nodes that take over "
+        "its keys during a membership change (default %(default)s)",
+    )
     # A tombstone (or an expired record) older than this, and seen by every replica (an
     # exchange with each began after it was written), is removed for good.
-    tombstone_grace: float = 86400.0
-    log_level: str = "INFO"
-    # How far ahead of this node's clock a version received from a peer may be.
-    max_clock_drift: float = 60.0
-    # Seconds added to this node's wall clock: the test bed's skewed-clock fault.
-    clock_skew: float = 0.0
-    # GET /metrics, and the counting behind it (off only to measure its cost).
-    metrics: bool = True
-    # Start as a node joining the cluster of the other --cluster entries (the joint phase
-    # of a membership change) rather than as a member of all of them.
-    join: bool = False
-    # Records a second a handoff may send, after a membership change.
-    handoff_rate: float = 5000.0
-    # Peer URL -> URL actually dialled for it (a Toxiproxy link in the chaos test bed).
-    routes: tuple[tuple[str, str], ...] = ()
+    tombstone_grace: float = setting(
+        86400.0,
+        parse=positive_float,
+        help="seconds a tombstone (or an expired record) is kept at least; it goes once "
+        "older than this and an anti-entropy exchange with every other replica began "
+        "after it was written (default %(default)s, a day)",
+    )
+    sync_writes: bool = setting(
+        False,
+        action="store_true",
+        help="fsync LevelDB's log on every write: survives power loss, not "
+        "just a crash, at a large cost in write latency (default off)",
+    )
+    disk_reserve: int = setting(
+        32 * MiB,
+        parse=non_negative_int,
+        help="bytes kept free on the data volume: below that, writes are refused with 507 "
+        "and reads go on, so the node can always restart (default %(default)s, 32 MiB)",
+    )
+    secret: str | None = setting(
+        None,
+        parse=cluster_secret,
+        environment="DHT_SECRET",
+        help="cluster secret that node-to-node traffic must carry, up to 1 KiB (default: "
+        "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
+        "its port; `cluster` generates one)",
+    )
+    max_clock_drift: float = setting(
+        60.0,
+        parse=positive_float,
+        help="seconds a version received from a peer may be ahead of this node's clock; "
+        "records further ahead are refused, so one skewed or forged version cannot "
+        "push the cluster into the future (default %(default)s)",
+    )
+    clock_skew: float = setting(
+        0.0,
+        parse=float,
+        help="seconds added to this node's wall clock, negative for behind: a fault for "
+        "the test bed (default %(default)s)",
+    )
+    metrics: bool = setting(
+        True,
+        flag="--no-metrics",
+        action="store_false",
+        help="serve no GET /metrics and count nothing for it (the path then answers 400 "
+        "like any unknown one): only to measure what the counting costs (default: on)",
+    )
+    log_level: str = setting(
+        "INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level (default %(default)s)",
+    )
 
     @property
     def max_clock_drift_ms(self) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from dht.config import url_port
+from dht.config import node_flags, url_port
 from dht.model.topology import STABLE, TopologyState
 
 if TYPE_CHECKING:
@@ -53,28 +53,6 @@ TOKEN_HEADER = "X-Dht-Cluster-Token"
 # How long `cluster add`/`remove` waits for the next line from the running cluster: more
 # than a step of the change may take without a word (its step deadline is 120 s).
 ACTION_READ_TIMEOUT = 300.0
-
-_PASSED_FLAGS = (
-    "timeout",
-    "breaker_threshold",
-    "breaker_cooldown",
-    "vnodes",
-    "max_value_bytes",
-    "max_key_bytes",
-    "max_in_flight",
-    "max_in_flight_bytes",
-    "hint_max_bytes",
-    "hint_max_age",
-    "hint_interval",
-    "anti_entropy_interval",
-    "anti_entropy_rate",
-    "handoff_rate",
-    "tombstone_grace",
-    "max_clock_drift",
-    "disk_reserve",
-    "clock_skew",
-    "log_level",
-)
 
 
 def node_command(
@@ -98,14 +76,20 @@ def node_command(
 
 
 def passed_settings(args: argparse.Namespace) -> list[str]:
-    """The node flags given to `cluster`, as command-line arguments for each node."""
+    """The node flags given to `cluster`, as command-line arguments for each node: every
+    shared setting (dht/config.py) but the ones that travel in the environment."""
     flags: list[str] = []
-    for name in _PASSED_FLAGS:
-        flags += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    if args.sync_writes:
-        flags.append("--sync-writes")
-    if not args.metrics:
-        flags.append("--no-metrics")
+    for flag in node_flags():
+        declared = flag.setting
+        if declared.scope != "shared" or declared.environment is not None:
+            continue
+        value = getattr(args, flag.name)
+        if declared.action == "store_true":
+            flags += [flag.flag] if value else []
+        elif declared.action == "store_false":
+            flags += [] if value else [flag.flag]
+        else:
+            flags += [flag.flag, str(value)]
     return flags
 
 

@@ -1,0 +1,44 @@
+"""The node's settings are declared once (dht/config.py): README's flags table and the
+flags `cluster` passes on are made from the declarations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dht.command_line.node_flags import flags_table, node_config
+from dht.command_line.parser import build_parser
+from dht.config import node_flags
+from dht.testbed.cluster import passed_settings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_flags_table() -> str:
+    lines = README.read_text().splitlines()
+    start = lines.index("| flag | default | meaning |")
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[start:end]) + "\n"
+
+
+def test_readme_flags_table_is_the_one_the_declarations_make() -> None:
+    assert readme_flags_table() == flags_table(), (
+        "README.md's flags table is out of date; paste in the output of "
+        "`.venv/bin/python -m dht.command_line.node_flags`"
+    )
+
+
+def test_cluster_passes_every_shared_setting_on_to_its_nodes() -> None:
+    """What `cluster` was given reaches each node's `NodeConfig` unchanged (the secret
+    through the environment, so not here)."""
+    cluster_args = build_parser().parse_args(
+        ["cluster", "--vnodes", "7", "--sync-writes", "--no-metrics", "--clock-skew", "-2.5"]
+    )
+    node = ["node", "--port", "9000", "--data-dir", "d", "--cluster", "http://127.0.0.1:9000"]
+    node_args = build_parser().parse_args([*node, *passed_settings(cluster_args)])
+    config = node_config(node_args)
+    for flag in node_flags():
+        if flag.setting.scope == "shared" and flag.setting.environment is None:
+            assert getattr(config, flag.name) == getattr(cluster_args, flag.name), flag.flag
+    assert (config.vnodes, config.sync_writes, config.metrics) == (7, True, False)
