@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "add" and args.url is not None:
         parser.error("cluster add takes no URL: it chooses the new node's port itself")
     if args.action is not None:
-        from dht.testbed.cluster import run_cluster_action
+        from dht.testbed.cluster_control import run_cluster_action
 
         return run_cluster_action(args.data_dir, args.action, args.url)
     from dht.testbed.cluster import run_cluster
@@ -88,8 +88,7 @@ def run_membership(args: argparse.Namespace) -> int:
 
     import aiohttp
 
-    from dht.testbed.cluster import summary_lines
-    from dht.testbed.membership import ChangeFailed, change_membership
+    from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
 
     try:
         report = asyncio.run(

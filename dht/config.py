@@ -1,7 +1,7 @@
 """Every setting of a node, declared once: its field of `NodeConfig` carries its default
 and, in `Setting`, its flag, bounds and help. The command line's flags, the flags the
 local cluster passes on to its nodes and README's flags table are all made from these
-declarations (dht/command_line/node_flags.py, dht/testbed/cluster.py, and a test that
+declarations (dht/command_line/node_flags.py, dht/testbed/node_processes.py, and a test that
 README's table is `flags_table()`)."""
 
 from __future__ import annotations

@@ -226,3 +226,22 @@ async def _wait_for_handoffs(
             say("  " + "; ".join(pending))
             last_said = time.monotonic()
         await asyncio.sleep(POLL)
+
+
+def summary_lines(report: ChangeReport) -> list[str]:
+    """What a finished change took: seconds per step, records sent and deleted per node."""
+    steps = ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in report.step_seconds.items())
+    lines = [
+        f"membership changed from {len(report.old)} to {len(report.new)} nodes in "
+        f"{report.seconds:.2f} s ({steps})"
+    ]
+    for url in sorted(report.sent):
+        lines.append(
+            f"  {url}: {report.sent[url]} records sent, {report.deleted.get(url, 0)} deleted"
+        )
+    for url, kept in sorted(report.kept.items()):
+        lines.append(
+            f"  {url} still holds {kept} records its owners refused as too far ahead of "
+            "their clocks; it offers them again until they are taken (SPEC.md rule 13.2)"
+        )
+    return lines

@@ -8,7 +8,7 @@ from pathlib import Path
 from dht.command_line.node_flags import flags_table, node_config
 from dht.command_line.parser import build_parser
 from dht.config import node_flags
-from dht.testbed.cluster import passed_settings
+from dht.testbed.node_processes import passed_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

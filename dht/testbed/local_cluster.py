@@ -1,0 +1,331 @@
+"""The nodes of a running `python -m dht cluster` and their processes, and the changes of
+its membership: `add` starts a node with `--join` and `remove` stops one, with the change
+(dht/testbed/membership.py) driven in between. The nodes are shared by the main loop,
+which watches them, and the control server's threads (cluster_control.py), which add and
+remove them: `LocalCluster` keeps them under a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dht.config import url_port
+from dht.model.topology import STABLE, TopologyState
+from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer
+from dht.testbed.node_processes import START_DEADLINE, node_command, stop_all, wait_until_serving
+
+# The one logger of `python -m dht cluster`, whichever module of it speaks.
+log = logging.getLogger("dht.testbed.cluster")
+
+
+@dataclass(frozen=True)
+class Change:
+    """An add or remove whose membership change has begun and not ended: the next add or
+    remove finishes it first (the change resumes from the step the nodes reached)."""
+
+    action: str  # "add" or "remove"
+    url: str  # the node added or removed
+    new: tuple[str, ...]  # every node once it is done
+
+
+class LocalCluster:
+    """The nodes of a running `cluster` and their processes, shared by the main loop,
+    which stops the cluster when one exits, and the control server's threads, which add
+    and remove nodes; `lock` guards every field the two share."""
+
+    def __init__(
+        self,
+        host: str,
+        data_dir: Path,
+        extra: list[str],
+        environment: dict[str, str],
+        *,
+        chaos: bool = False,
+    ) -> None:
+        self.host = host
+        self.data_dir = data_dir
+        self.extra = extra
+        self.environment = environment
+        self.chaos = chaos
+        self.token = secrets.token_hex(16)
+        self.control: ControlServer | None = None
+        self.lock = threading.Lock()
+        self.urls: list[str] = []  # the members, in the order they came
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}  # watched by the main loop
+        # Started and not a member yet, or removed and being stopped: stopped on exit with
+        # the others, but their exit is no failure of the cluster.
+        self.unwatched: dict[str, subprocess.Popen[bytes]] = {}
+        self.data_dirs: dict[str, Path] = {}
+        self.highest_port = 0  # of any node this run started: a port is never used twice
+        self.highest_index = 0  # N of the node-N folders
+        self.closing = False
+        # One add or remove at a time; `unfinished` is only touched while holding it.
+        self.changing = threading.Lock()
+        self.unfinished: Change | None = None
+
+    @property
+    def secret(self) -> str | None:
+        return self.environment.get("DHT_SECRET") or None
+
+    def supervise(self, url: str, process: subprocess.Popen[bytes], data_dir: Path) -> None:
+        with self.lock:
+            self.urls.append(url)
+            self.processes[url] = process
+            self.data_dirs[url] = data_dir
+            self.highest_port = max(self.highest_port, url_port(url))
+            self.highest_index += 1
+
+    def exited(self) -> tuple[str, int] | None:
+        """A watched node that has exited, and its exit code."""
+        with self.lock:
+            for url, process in self.processes.items():
+                code = process.poll()
+                if code is not None:
+                    return url, code
+        return None
+
+    # -- the control server and cluster.json ---------------------------------------------
+
+    def serve_control(self) -> None:
+        """Serves add and remove on a free port of 127.0.0.1 and says where in
+        cluster.json; without them (logged) if that fails."""
+        try:
+            server = ControlServer(self)
+            self.control = server
+            threading.Thread(target=server.serve_forever, name="control", daemon=True).start()
+            with self.lock:
+                self._write_control_file()
+        except OSError as exc:
+            log.error("cannot serve cluster add/remove: %s", exc)
+            self._stop_control()
+
+    def _write_control_file(self) -> None:
+        """Called with `lock` held. Readable by this user only: it holds the token."""
+        assert self.control is not None
+        data = {
+            "pid": os.getpid(),
+            "host": self.host,
+            "nodes": self.urls,
+            "control_port": self.control.server_address[1],
+            "token": self.token,
+            "chaos": self.chaos,
+        }
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / CONTROL_FILE
+        temporary = path.with_suffix(".tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(descriptor, "w") as file:
+            json.dump(data, file, indent=2)
+            file.write("\n")
+        os.replace(temporary, path)
+
+    def _stop_control(self) -> None:
+        if self.control is None:
+            return
+        self.control.shutdown()
+        self.control.server_close()
+        path = self.data_dir / CONTROL_FILE
+        try:
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.control = None
+
+    def close(self) -> list[subprocess.Popen[bytes]]:
+        """Stops the control server; every node process, to stop. No node starts after."""
+        self._stop_control()
+        locked = self.lock.acquire(timeout=5.0)  # never hang Ctrl-C on a stuck thread
+        try:
+            self.closing = True
+            return list(self.processes.values()) + list(self.unwatched.values())
+        finally:
+            if locked:
+                self.lock.release()
+
+    # -- add and remove -----------------------------------------------------------------
+
+    def add(self, say: Callable[[str], None]) -> None:
+        with self._one_change():
+            if self.unfinished is not None:
+                self._resume(say, "add", None)
+                return
+            with self.lock:
+                urls = list(self.urls)
+            self._check_stable(urls)
+            url = self._start_joining(urls, say)
+            new = (*urls, url)
+            self.unfinished = Change("add", url, new)
+            self._change(urls, new, say)
+            self._finish(say)
+
+    def remove(self, url: str, say: Callable[[str], None]) -> None:
+        with self._one_change():
+            if self.unfinished is not None:
+                self._resume(say, "remove", url)
+                return
+            with self.lock:
+                urls = list(self.urls)
+            if url not in urls:
+                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(urls)}")
+            if len(urls) == 1:
+                raise ActionFailed(f"{url} is the cluster's last node: stop the cluster instead")
+            self._check_stable(urls)
+            new = tuple(u for u in urls if u != url)
+            self.unfinished = Change("remove", url, new)
+            self._change(urls, new, say)
+            self._finish(say)
+
+    def _one_change(self) -> _Held:
+        if self.chaos:
+            raise ActionFailed(
+                "a --chaos cluster cannot add or remove nodes: its Toxiproxy links are "
+                "made for the nodes it started with"
+            )
+        if not self.changing.acquire(blocking=False):
+            raise ActionFailed("another add or remove is under way on this cluster; wait for it")
+        return _Held(self.changing)
+
+    def _start_joining(self, urls: list[str], say: Callable[[str], None]) -> str:
+        """Starts a node joining `urls`, not watched yet, and waits until it serves."""
+        with self.lock:
+            if self.closing:
+                raise ActionFailed("the cluster is stopping")
+            port = free_port_after(self.host, self.highest_port)
+            index = self.highest_index + 1
+            while (self.data_dir / f"node-{index}").exists():  # left by an earlier run
+                index += 1
+            url = f"http://{self.host}:{port}"
+            data_dir = self.data_dir / f"node-{index}"
+            command = node_command(port, data_dir, [*urls, url], self.host, self.extra)
+            process = subprocess.Popen([*command, "--join"], env=self.environment)
+            self.unwatched[url] = process
+            self.data_dirs[url] = data_dir
+            self.highest_port, self.highest_index = port, index
+        say(f"started node {url} (data in {data_dir}), joining {len(urls)} nodes")
+        try:
+            wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
+        except RuntimeError as exc:
+            stop_all([process])
+            with self.lock:
+                self.unwatched.pop(url, None)
+            raise ActionFailed(str(exc)) from None
+        return url
+
+    def _check_stable(self, urls: list[str]) -> None:
+        state = topology_state(urls)
+        if state.phase != STABLE:
+            raise ActionFailed(
+                f"a change to {', '.join(state.next or ())} is under way ({state.phase}, "
+                f"epoch {state.epoch}): finish it with `python -m dht membership` first"
+            )
+
+    def _change(self, via: list[str], new: tuple[str, ...], say: Callable[[str], None]) -> None:
+        import asyncio
+
+        import aiohttp
+
+        from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
+
+        try:
+            report = asyncio.run(change_membership(via, list(new), secret=self.secret, say=say))
+        except ChangeFailed as exc:
+            raise ActionFailed(
+                f"{exc} (the next `cluster add` or `cluster remove` resumes it first)"
+            ) from None
+        except (aiohttp.ClientError, OSError, ValueError, KeyError) as exc:  # timeouts too
+            raise ActionFailed(
+                f"the change stopped: {exc or type(exc).__name__} (the next `cluster add` "
+                "or `cluster remove` resumes it first)"
+            ) from None
+        for line in summary_lines(report):
+            say(line)
+
+    def _finish(self, say: Callable[[str], None]) -> None:
+        """The unfinished change is done: watch the node it added, or stop the one it
+        removed."""
+        change = self.unfinished
+        assert change is not None
+        self.unfinished = None
+        with self.lock:
+            self.urls = list(change.new)
+            if change.action == "add":
+                self.processes[change.url] = self.unwatched.pop(change.url)
+            else:
+                self.unwatched[change.url] = self.processes.pop(change.url)
+            if self.control is not None:
+                self._write_control_file()
+        if change.action == "add":
+            say(f"{change.url} is a member; the cluster has {len(change.new)} nodes")
+            return
+        say(f"stopping {change.url}; the cluster has {len(change.new)} nodes")
+        with self.lock:
+            process = self.unwatched[change.url]
+        stop_all([process])
+        with self.lock:
+            self.unwatched.pop(change.url, None)
+        say(f"{change.url} stopped; its data stays in {self.data_dirs[change.url]}")
+
+    def _resume(self, say: Callable[[str], None], action: str, url: str | None) -> None:
+        change = self.unfinished
+        assert change is not None
+        say(f"first finishing the unfinished {change.action} of {change.url}")
+        with self.lock:
+            urls = list(self.urls)
+        state = topology_state(urls)
+        if not (state.phase == STABLE and set(state.current) == set(change.new)):
+            self._change(urls, change.new, say)
+        self._finish(say)
+        if (action, url) != (change.action, change.url if action == "remove" else None):
+            say(f"that was all: run `cluster {action}` again for the change you asked for")
+
+
+class _Held:
+    """Releases a lock already acquired when its `with` block ends."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def free_port_after(host: str, port: int) -> int:
+    """The first port above `port` nothing listens on (a bind says so)."""
+    for candidate in range(port + 1, 65536):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, candidate))
+            except OSError:
+                continue
+        return candidate
+    raise ActionFailed(f"no free port above {port}")
+
+
+def topology_state(urls: list[str]) -> TopologyState:
+    """The membership state of the first of `urls` that answers."""
+    from dht.web.membership_api import TOPOLOGY_PATH
+
+    errors = []
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url + TOPOLOGY_PATH, timeout=5.0) as response:
+                return TopologyState.from_json(json.loads(response.read()))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            errors.append(f"{url}: {exc}")
+    raise ActionFailed("no node answered: " + "; ".join(errors))

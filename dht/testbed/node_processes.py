@@ -1,0 +1,150 @@
+"""The processes of a local cluster: the command line that starts a node (with the
+node flags `cluster` passes on), waiting until it serves, stopping a group of them
+(SIGTERM, then SIGKILL for any that linger), and the dashboard and Toxiproxy beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dht.config import node_flags
+
+if TYPE_CHECKING:
+    from dht.testbed.toxiproxy import Testbed
+
+# The one logger of `python -m dht cluster`, whichever module of it speaks.
+log = logging.getLogger("dht.testbed.cluster")
+
+START_DEADLINE = 15.0
+STOP_DEADLINE = 10.0
+DASHBOARD_DEADLINE = 10.0
+
+
+def node_command(
+    port: int, data_dir: Path, cluster: list[str], host: str, extra: list[str]
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dht",
+        "node",
+        "--port",
+        str(port),
+        "--host",
+        host,
+        "--data-dir",
+        str(data_dir),
+        "--cluster",
+        ",".join(cluster),
+        *extra,
+    ]
+
+
+def passed_settings(args: argparse.Namespace) -> list[str]:
+    """The node flags given to `cluster`, as command-line arguments for each node: every
+    shared setting (dht/config.py) but the ones that travel in the environment."""
+    flags: list[str] = []
+    for flag in node_flags():
+        declared = flag.setting
+        if declared.scope != "shared" or declared.environment is not None:
+            continue
+        value = getattr(args, flag.name)
+        if declared.action == "store_true":
+            flags += [flag.flag] if value else []
+        elif declared.action == "store_false":
+            flags += [] if value else [flag.flag]
+        else:
+            flags += [flag.flag, str(value)]
+    return flags
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"node {url} exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/v0/status", timeout=0.5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.05)
+    raise RuntimeError(f"node {url} did not answer within {START_DEADLINE:.0f}s")
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_DEADLINE
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("node pid %d ignored SIGTERM; killing it", process.pid)
+            process.kill()
+            process.wait()
+
+
+def start_testbed(urls: list[str], data_dir: Path, dashboard_port: int) -> Testbed:
+    """Toxiproxy on free ports other than the nodes' and the dashboard's, which nothing
+    listens on yet."""
+    from dht.testbed.toxiproxy import Testbed
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return Testbed(urls, data_dir / "toxiproxy.log", avoid=[dashboard_port]).start()
+
+
+def dashboard_command(
+    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+) -> list[str]:
+    command = [sys.executable, "-m", "dht", "cockpit", "--port", str(args.dashboard_port)]
+    command += ["--host", args.host, "--log-level", args.log_level]
+    for url in urls:
+        command += ["--node", url]
+    if testbed is not None:
+        command += ["--toxiproxy", testbed.api_url]
+    return command
+
+
+def start_dashboard(
+    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+) -> subprocess.Popen[bytes] | None:
+    """Starts the cockpit and waits until it answers; None, with the reason logged, if it
+    does not. The dashboard is a convenience: a taken port must not stop the cluster."""
+    url = f"http://{args.host}:{args.dashboard_port}"
+    process = subprocess.Popen(dashboard_command(args, urls, testbed))
+    deadline = time.monotonic() + DASHBOARD_DEADLINE
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                log.error(
+                    "the dashboard exited with code %d; the cluster runs on without it "
+                    "(--dashboard-port picks another port, 0 none)",
+                    process.returncode,
+                )
+                return None
+            try:
+                with urllib.request.urlopen(url + "/cockpit.json", timeout=0.5) as response:
+                    if response.status == 200:
+                        return process
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.05)
+    except BaseException:  # Ctrl-C or SIGTERM while waiting: no orphan
+        stop_all([process])
+        raise
+    log.error(
+        "the dashboard did not answer on %s within %.0fs; the cluster runs on without it",
+        url,
+        DASHBOARD_DEADLINE,
+    )
+    stop_all([process])
+    return None
