@@ -84,9 +84,23 @@ class Setting:
     environment: str | None = None  # the variable the default is read from
 
 
-def setting(default: Any = dataclasses.MISSING, **declaration: Any) -> Any:
-    """A `NodeConfig` field with its default and its `Setting`."""
-    return field(default=default, metadata={"setting": Setting(**declaration)})
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    scope: Literal["node", "shared"] = "shared",
+    parse: Callable[[str], Any] | None = None,
+    flag: str = "",
+    action: Literal["store_true", "store_false", "append"] | None = None,
+    choices: tuple[str, ...] = (),
+    metavar: str | None = None,
+    required: bool = False,
+    environment: str | None = None,
+) -> Any:
+    """A `NodeConfig` field with its default and its `Setting` (no default: every
+    NodeConfig is given one)."""
+    declared = Setting(help, scope, parse, flag, action, choices, metavar, required, environment)
+    return field(default=default, metadata={"setting": declared})
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,7 @@ class Flag:
     setting: Setting
 
 
-def node_flags() -> Iterator[Flag]:
+def node_settings() -> Iterator[Flag]:
     """Every setting of `NodeConfig`, in the order `--help` and README list them."""
     for spec in dataclasses.fields(NodeConfig):
         declared: Setting = spec.metadata["setting"]

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any, Literal
 
-from dht.config import NodeConfig, node_flags, normalize_url, parse_route, resolve_self
+from dht.config import NodeConfig, node_settings, normalize_url, parse_route, resolve_self
 
 # The end of a help text that says the default: "(default 1.0)", "(default: on)",
 # "(default: $DHT_SECRET; more about it)".
@@ -21,7 +21,7 @@ _DEFAULT_CLAUSE = re.compile(r"\s*\(default:? (?P<default>[^;]*?)(?:; (?P<more>.
 def add_node_flags(parser: argparse.ArgumentParser, scope: Literal["node", "shared"]) -> None:
     """Adds the flags of the settings in `scope`, in their declared order: "node" for
     every setting (the `node` command), "shared" for those `cluster` passes on."""
-    for flag in node_flags():
+    for flag in node_settings():
         declared = flag.setting
         if scope == "shared" and declared.scope != "shared":
             continue
@@ -51,7 +51,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     cluster = tuple(normalize_url(url) for url in args.cluster.split(",") if url.strip())
     if len(set(cluster)) != len(cluster):
         raise ValueError("--cluster lists a node twice")
-    given = {flag.name: getattr(args, flag.name) for flag in node_flags()}
+    given = {flag.name: getattr(args, flag.name) for flag in node_settings()}
     return NodeConfig(
         **given
         | {
@@ -66,7 +66,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 def flags_table() -> str:
     """README's table of the node's flags: flag, default and meaning, from the help."""
     lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
-    for flag in node_flags():
+    for flag in node_settings():
         declared = flag.setting
         name = f"{flag.flag} {declared.metavar}" if declared.metavar else flag.flag
         meaning = declared.help.replace("%(default)s", str(flag.default))

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dht.config import node_flags
+from dht.config import node_settings
 
 if TYPE_CHECKING:
     from dht.testbed.toxiproxy import Testbed
@@ -53,7 +53,7 @@ def passed_settings(args: argparse.Namespace) -> list[str]:
     """The node flags given to `cluster`, as command-line arguments for each node: every
     shared setting (dht/config.py) but the ones that travel in the environment."""
     flags: list[str] = []
-    for flag in node_flags():
+    for flag in node_settings():
         declared = flag.setting
         if declared.scope != "shared" or declared.environment is not None:
             continue

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dht.command_line.node_flags import flags_table, node_config
 from dht.command_line.parser import build_parser
-from dht.config import node_flags
+from dht.config import node_settings
 from dht.testbed.node_processes import passed_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -38,7 +38,7 @@ def test_cluster_passes_every_shared_setting_on_to_its_nodes() -> None:
     node = ["node", "--port", "9000", "--data-dir", "d", "--cluster", "http://127.0.0.1:9000"]
     node_args = build_parser().parse_args([*node, *passed_settings(cluster_args)])
     config = node_config(node_args)
-    for flag in node_flags():
+    for flag in node_settings():
         if flag.setting.scope == "shared" and flag.setting.environment is None:
             assert getattr(config, flag.name) == getattr(cluster_args, flag.name), flag.flag
     assert (config.vnodes, config.sync_writes, config.metrics) == (7, True, False)
