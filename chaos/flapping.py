@@ -31,11 +31,17 @@ class Fault:
     ended: float = 0.0
 
     def __str__(self) -> str:
-        return f"{self.kind} {node_name(self.node)} for {self.seconds:.2f}s"
+        return f"{self.label} for {self.seconds:.2f}s"
+
+    @property
+    def label(self) -> str:
+        """What and where: "cut links into node2"; a fault of every link (a restart of
+        Toxiproxy) names no node."""
+        return self.kind if self.node < 0 else f"{self.kind} {node_name(self.node)}"
 
     def window(self) -> FaultWindow:
         """The fault as a run folder and its plot show it."""
-        return FaultWindow(f"{self.kind} {node_name(self.node)}", self.started, self.ended)
+        return FaultWindow(self.label, self.started, self.ended)
 
 
 def _cut_links_into(testbed: Testbed, node: int, deadline_ms: int) -> None:
@@ -82,6 +88,8 @@ def crash(node: Node, seconds: float) -> None:
 
 
 CRASH = "kill -9 and restart"
+# Toxiproxy restarted by the test bed when its control port hung (Testbed.heal).
+TOXIPROXY_RESTART = "Toxiproxy restarted, every link dropped"
 PROCESS_FAULTS: dict[str, Callable[[Node, float], None]] = {"pause": pause, CRASH: crash}
 
 
@@ -105,6 +113,7 @@ def flap(
     ends = time.monotonic() + duration
     crashed = False
     applied: list[Fault] = []
+    restarts_before = len(testbed.restarts)
     try:
         while (left := ends - time.monotonic()) > 0:
             kind = rng.choice(kinds)
@@ -122,4 +131,6 @@ def flap(
             applied.append(Fault(kind, node, seconds, started, time.monotonic()))
     finally:
         testbed.heal()
-    return applied
+        for started, ended in testbed.restarts[restarts_before:]:
+            applied.append(Fault(TOXIPROXY_RESTART, -1, ended - started, started, ended))
+    return sorted(applied, key=lambda fault: fault.started)
