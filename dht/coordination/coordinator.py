@@ -121,21 +121,21 @@ class Coordinator:
         be after the answer (the rest of the replicas are written in the background).
         With `ttl_ms`, the record expires that long after now, by this node's clock; the
         expiry travels in the record. Every record carries the F it was written with."""
-        replicas = replicas or self.default_replicas()
         expires_at = self._clock.wall_ms() + ttl_ms if ttl_ms else 0
-        copies = min(replicas.from_, MAX_COPIES)
+        copies = self._copies(replicas)
         record = Record.live(self._clock.now(), value, expires_at, copies)
         with self._running_in(self._membership.state.epoch):
             return await self._write(key, record, replicas, Status.STORED, settled)
 
     async def delete(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
-        replicas = replicas or self.default_replicas()
-        record = Record.deleted(self._clock.now(), min(replicas.from_, MAX_COPIES))
+        record = Record.deleted(self._clock.now(), self._copies(replicas))
         with self._running_in(self._membership.state.epoch):
             return await self._write(key, record, replicas, Status.DELETED)
 
-    def default_replicas(self) -> ReplicaCount:
-        return self._membership.topology.default_replicas()
+    def _copies(self, replicas: ReplicaCount | None) -> int:
+        """The `F` a record carries: the request's, or the default's (every node)."""
+        copies = replicas.from_ if replicas else self._membership.topology.default_copies()
+        return min(copies, MAX_COPIES)
 
     @property
     def cluster_size(self) -> int:
@@ -187,8 +187,7 @@ class Coordinator:
     # -- fan-out -----------------------------------------------------------------------
 
     def _quorums(self, key: bytes, replicas: ReplicaCount | None) -> list[tuple[list[str], int]]:
-        topology = self._membership.topology
-        return topology.quorums(key, replicas or topology.default_replicas())
+        return self._membership.topology.quorums(key, replicas)  # None: the default
 
     def _refuse_if_unavailable(self, quorums: list[tuple[list[str], int]]) -> Outcome | None:
         """503 before sending anything when open circuits leave fewer than `ack`
@@ -238,7 +237,7 @@ class Coordinator:
         self,
         key: bytes,
         record: Record,
-        replicas: ReplicaCount,
+        replicas: ReplicaCount | None,
         success: Status,
         settled: Callable[[], None] | None = None,
     ) -> Outcome:

@@ -51,17 +51,24 @@ class Topology:
         """The most replicas a request may ask for: the current ring's node count."""
         return len(self.current)
 
-    def default_replicas(self) -> ReplicaCount:
-        """The default quorum of the smaller ring, so it is a quorum in both."""
-        return default_replicas(min(len(ring) for ring in self.rings))
+    def default_copies(self) -> int:
+        """The `F` a write without `replicas` carries: every node of each ring."""
+        return max(len(ring) for ring in self.rings)
 
-    def quorums(self, key: bytes, replicas: ReplicaCount) -> list[tuple[list[str], int]]:
+    def quorums(self, key: bytes, replicas: ReplicaCount | None) -> list[tuple[list[str], int]]:
         """(replica set, acks needed in it) for each ring. A ring smaller than `F` gives
-        all its nodes and needs at most all of them."""
+        all its nodes and needs at most all of them.
+
+        `replicas` None, the default: each ring's own default, a quorum of all its nodes
+        (3 of 5 and 2 of 3 shrinking 5 -> 3). Nodes take the steps of a change one after
+        another, so a node a step behind reads and writes by the quorum of its own step
+        meanwhile: each ring's own quorum meets it there. One count for both rings would
+        not: the smaller ring's 2/3 on the old ring of 5 misses a read at 3/5."""
         plan = []
         for ring in self.rings:
-            nodes = ring.replicas_for(key, replicas.from_)
-            plan.append((nodes, min(replicas.ack, len(nodes))))
+            count = replicas or default_replicas(len(ring))
+            nodes = ring.replicas_for(key, count.from_)
+            plan.append((nodes, min(count.ack, len(nodes))))
         return plan
 
     def replica_sets(self, key: bytes, copies: int) -> list[list[str]]:

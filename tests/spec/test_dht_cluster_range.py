@@ -151,11 +151,11 @@ def test_range_bounds_that_need_percent_encoding_reach_every_node_intact(
 def test_range_during_a_shrink_needs_enough_nodes_of_each_node_list(
     start_cluster: ClusterFactory,
 ) -> None:
-    """5 -> 3 held in the joint step. A write there is acknowledged by a quorum of the
-    key's replicas in each list (2 of 3), so with three nodes down it may sit on just
-    the two new nodes left. With those two down and the other three back, three of the
-    five old nodes answer, which is the old list's N - quorum(N) + 1, but only one of
-    the three new ones: the range must not answer as if it were whole."""
+    """5 -> 3 held in the joint step. A write there at 2/3 (a quorum of the new list)
+    is acknowledged by 2 of the key's 3 replicas in each list, so with three nodes down
+    it may sit on just the two new nodes left. With those two down and the other three
+    back, three of the five old nodes answer, which is the old list's N - quorum(N) + 1,
+    but only one of the three new ones: the range must not answer as if it were whole."""
     cluster = start_cluster(5, PATIENT_BREAKERS)
     removed, kept = cluster.nodes[:2], cluster.nodes[2:]
     before = {f"before-{i}": f"value {i}".encode() for i in range(10)}
@@ -177,7 +177,7 @@ def test_range_during_a_shrink_needs_enough_nodes_of_each_node_list(
     acknowledged = dict(before)
     for i in range(60):  # only keys whose old replicas include both live nodes succeed
         key, value = f"joint-{i}", f"value {i}".encode()
-        if kept[1].put(key, value).status == 201:
+        if kept[1].put(key, value, "2/3").status == 201:
             acknowledged[key] = value
     assert len(acknowledged) > len(before), "no write was acknowledged: the test shows nothing"
 

@@ -174,21 +174,51 @@ def test_a_state_survives_its_json() -> None:
         )
 
 
-def test_the_default_quorum_during_a_change_is_the_smaller_rings() -> None:
+def test_the_default_during_a_change_is_each_rings_own_quorum() -> None:
     joint = Topology(Ring(urls(4), VNODES), Ring(urls(3), VNODES))
-    assert joint.default_replicas() == ReplicaCount(2, 3)
+    assert joint.default_copies() == 4
     assert joint.size == 4
     key = KEYS[0]
+    assert [(len(nodes), ack) for nodes, ack in joint.quorums(key, None)] == [(4, 3), (3, 2)]
     assert [len(nodes) for nodes, _ in joint.quorums(key, ReplicaCount(3, 4))] == [4, 3]
     assert [ack for _, ack in joint.quorums(key, ReplicaCount(3, 4))] == [3, 3]
+
+
+def minimal_sets(quorums: list[tuple[list[str], int]]) -> Iterator[frozenset[str]]:
+    """Every set of nodes that meets each (replica set, acks) of `quorums` and has no
+    smaller subset that does."""
+    targets = sorted({node for nodes, _ in quorums for node in nodes})
+    found: list[frozenset[str]] = []
+    for size in range(len(targets) + 1):
+        for chosen in map(frozenset, itertools.combinations(targets, size)):
+            meets = all(len(chosen & set(nodes)) >= ack for nodes, ack in quorums)
+            if meets and not any(smaller <= chosen for smaller in found):
+                found.append(chosen)
+                yield chosen
+
+
+@pytest.mark.parametrize(("old_size", "new_size"), [(3, 4), (4, 3), (5, 3), (3, 5), (2, 3), (3, 2)])
+def test_default_quorums_of_neighbouring_steps_always_meet(old_size: int, new_size: int) -> None:
+    """Found in review of issue 24: nodes take the steps of a change one after another,
+    so a default write in one step and a default read in the next (or the one before)
+    must share a node. With the smaller ring's count for both rings in joint (2/3
+    shrinking 5 -> 3), a read at 3/5 by a node still in stable(old) missed a joint
+    write two staying nodes took."""
+    steps = phases(Ring(urls(old_size), VNODES), Ring(urls(new_size), VNODES))
+    for key in KEYS[:10]:
+        for written, read in itertools.product(range(len(steps)), repeat=2):
+            if abs(written - read) > 1:
+                continue  # nodes are never two steps apart
+            for write in minimal_sets(steps[written].quorums(key, None)):
+                for answer in minimal_sets(steps[read].quorums(key, None)):
+                    assert write & answer, (key, written, read, sorted(write), sorted(answer))
 
 
 # -- the cluster-wide range during a change (rule 8.5) -------------------------------------
 
 
 def default_write_quorums(step: Topology, key: bytes) -> Iterator[frozenset[str]]:
-    replicas = step.default_replicas()
-    return minimal_quorums(step, key, replicas.from_, replicas.ack)
+    return minimal_sets(step.quorums(key, None))
 
 
 def subsets(nodes: list[str]) -> Iterator[frozenset[str]]:
@@ -217,8 +247,8 @@ def test_a_range_enough_for_each_list_sees_every_default_write_of_the_change(
 
 def test_a_count_over_every_node_of_a_shrink_misses_joint_writes() -> None:
     """Shrinking 5 -> 3, three old nodes answer: three of five, enough by a count over
-    every node (the old rule), yet they can miss a joint write that two new nodes took.
-    The new list's count refuses them."""
+    every node (the old rule), yet they can miss a joint write at 2/3 (a quorum of the
+    new list's three) that two staying nodes took. The new list's count refuses them."""
     old, new = Ring(urls(5), VNODES), Ring(urls(3), VNODES)
     change = Topology(old, new)
     leaving = sorted(set(old.nodes) - set(new.nodes))
@@ -228,7 +258,7 @@ def test_a_count_over_every_node_of_a_shrink_misses_joint_writes() -> None:
         missed = [
             key
             for key in KEYS
-            if any(not write & answered for write in default_write_quorums(change, key))
+            if any(not write & answered for write in minimal_quorums(change, key, 3, 2))
         ]
         assert missed, staying
         assert change.range_shortfall(answered) == "1 of the next list's 3 nodes (2 needed)"
