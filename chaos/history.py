@@ -105,6 +105,26 @@ class KeyHistory:
         for index, op in enumerate(self.acked):
             best = self._latest_acked[-1] if self._latest_acked else index
             self._latest_acked.append(index if op.invoked >= self.acked[best].invoked else best)
+        # What `produced_by` asks of the absent state, in O(log n) rather than a pass
+        # over every DELETE and expiring PUT of the key for every read that found it
+        # absent: the DELETEs by invoke time with a running latest settle, and the
+        # expiring PUTs by earliest expiry with the one that settled latest so far.
+        self._deletes.sort(key=lambda op: op.invoked)
+        self._delete_invokes = [op.invoked for op in self._deletes]
+        self._delete_settled: list[float] = []
+        for op in self._deletes:
+            settled = (
+                max(self._delete_settled[-1], op.settled_by)
+                if self._delete_settled
+                else op.settled_by
+            )
+            self._delete_settled.append(settled)
+        self._expiring.sort(key=lambda op: op.expires_after)
+        self._expiries = [op.expires_after for op in self._expiring]
+        self._latest_expiring: list[Op] = []
+        for op in self._expiring:
+            latest = self._latest_expiring[-1] if self._latest_expiring else op
+            self._latest_expiring.append(op if op.settled_by >= latest.settled_by else latest)
 
     def sent(self, value: bytes) -> bool:
         """Whether some PUT of this key sent `value`."""
@@ -138,10 +158,30 @@ class KeyHistory:
         """The latest moment a write invoked by `invoked_by` that leaves `state` (seen in
         `seen`) can have taken effect; -inf when none (the initial absent state, older
         than any write)."""
+        if state is None:
+            return self._absence_produced_by(seen[1], invoked_by)
         return max(
             (op.settled_by for op in self.producers(state, seen) if op.invoked <= invoked_by),
             default=-math.inf,
         )
+
+    def _absence_produced_by(self, until: float, invoked_by: float) -> float:
+        """`produced_by` for the absent state, from the indexes: the DELETEs invoked by
+        `invoked_by`, and the expiring PUTs that may have expired by `until` (their
+        expiry comes after their invocation, so those are nearly always invoked by
+        then too; where the latest of them is not, a pass over them decides)."""
+        latest = -math.inf
+        if deletes := bisect.bisect_right(self._delete_invokes, invoked_by):
+            latest = self._delete_settled[deletes - 1]
+        if expiring := bisect.bisect_left(self._expiries, until + self._slack):
+            candidate = self._latest_expiring[expiring - 1]
+            if candidate.invoked <= invoked_by:
+                return max(latest, candidate.settled_by)
+            settled = (
+                op.settled_by for op in self._expiring[:expiring] if op.invoked <= invoked_by
+            )
+            latest = max(latest, *settled, -math.inf)
+        return latest
 
     def latest_acked_by(self, moment: float) -> Op | None:
         """Among acknowledged writes completed by `moment`, the one invoked last."""
