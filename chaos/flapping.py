@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chaos.run_folder import FaultWindow
+from dht.history.run_folder import FaultWindow
 from dht.testbed.toxiproxy import Testbed, node_name
 from tests.launcher import Node
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from chaos.operation import Window
+from dht.history.operation import Window
 from dht.model.record import Record
 from tests.launcher import Node, wait_for
 

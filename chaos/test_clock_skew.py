@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 
 from chaos.flags import FAST_FAULTS
-from chaos.history import CLOCK_SLACK, Kind, Op, Report, Window, check
 from chaos.observe import final_read
-from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, attempt, key_space
 from dht.config import NodeConfig
+from dht.history.checker import CLOCK_SLACK, Kind, Op, Report, Window, check
+from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.ring import Ring
 from tests.launcher import Cluster, expect
 from tests.spec.rules import rule

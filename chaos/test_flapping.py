@@ -8,7 +8,7 @@ cut, answers slower than the deadline, connections reset, a node partitioned bot
 a node paused, a node killed with SIGKILL and started again; at least one kill, past
 half of the run), each 0.5-2 s long, flaps for DHT_FLAP_SECONDS (default 20) seconds,
 chosen with the seed DHT_FLAP_SEED. Then every fault is healed and two rules are checked
-on the outcome. Each run leaves a run folder (`chaos.run_folder`): history, faults,
+on the outcome. Each run leaves a run folder (`dht.history.run_folder`): history, faults,
 final state and a plot, under artifacts/chaos-runs or $DHT_CHAOS_RUNS.
 
 A second scenario runs the faults that together once lost acknowledged writes and undid
@@ -32,7 +32,6 @@ import pytest
 
 from chaos.flags import FAST_FAULTS, TIMEOUT
 from chaos.flapping import CRASH, Fault, flap
-from chaos.history import Op, Report, Window, check
 from chaos.observe import (
     describe,
     differences,
@@ -42,8 +41,9 @@ from chaos.observe import (
     wall_ms,
     zombies,
 )
-from chaos.run_folder import Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
+from dht.history.checker import Op, Report, Window, check
+from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.record import Record, newest
 from dht.testbed import toxiproxy as test_bed  # a module import: pytest would collect the class
 from dht.testbed.toxiproxy import node_name

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.history import CLOCK_SLACK, KeyHistory, Kind, Op, check
+from dht.history.checker import CLOCK_SLACK, KeyHistory, Kind, Op, check
 
 
 def put(

@@ -27,11 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chaos.flags import FAST_FAULTS
-from chaos.history import Op, check
 from chaos.observe import final_read
-from chaos.run_folder import FaultWindow, Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
 from dht.config import NodeConfig
+from dht.history.checker import Op, check
+from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
 from dht.model.ring import Ring
 from dht.testbed.membership import ChangeReport, change_membership
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed

@@ -17,7 +17,6 @@ import statistics
 import time
 
 from chaos.flags import FAST_FAULTS
-from chaos.history import check
 from chaos.observe import (
     breaker_towards,
     differences,
@@ -25,8 +24,9 @@ from chaos.observe import (
     pending_hints,
     records_by_node,
 )
-from chaos.run_folder import FaultWindow, Run, new_run_dir, write_run
 from chaos.traffic import Clients, Mix, key_space
+from dht.history.checker import check
+from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
 from tests.fixtures import ClusterFactory
 from tests.launcher import wait_for
 from tests.spec.rules import rule

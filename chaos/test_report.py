@@ -1,5 +1,5 @@
-"""Run folders (chaos/run_folder.py), their plot (chaos/plot.py) and the offline re-check
-(`python -m chaos.report`), on a hand-made history: no cluster, no servers.
+"""Run folders (dht/history/run_folder.py), their plot (dht/history/plot.py) and the
+offline re-check (`python -m dht.history.report`), on a hand-made history: no cluster, no servers.
 
 The history has what a chaos run records: PUTs with and without a ttl, DELETEs, GETs
 answered 200 and 404, a 503, a 504 and an operation that got no answer, each sent to a
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import plot
-from chaos.history import AFTER_EVERYTHING, Kind, Op, check
-from chaos.run_folder import (
+from dht.history import plot
+from dht.history.checker import AFTER_EVERYTHING, Kind, Op, check
+from dht.history.run_folder import (
     FaultWindow,
     Run,
     RunFolderError,
@@ -31,7 +31,7 @@ from chaos.run_folder import (
     runs_root,
     write_run,
 )
-from tests.launcher import REPO, run_module
+from tests.launcher import run_module
 from tests.spec.rules import rule
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -66,7 +66,7 @@ def synthetic_run() -> Run:
 
 
 def run_report(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_module("chaos.report", *args, timeout=120)
+    return run_module("dht.history.report", *args, timeout=120)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -258,4 +258,5 @@ def test_new_run_dirs_go_under_the_configured_root(
     assert first.parent == tmp_path / "runs"
     assert re.fullmatch(rf"flapping-\d{{8}}-\d{{6}}-{os.getpid()}(-\d+)?", first.name)
     monkeypatch.delenv("DHT_CHAOS_RUNS")
-    assert runs_root() == REPO / "artifacts" / "chaos-runs"
+    monkeypatch.chdir(tmp_path)
+    assert runs_root() == tmp_path / "artifacts" / "chaos-runs"

@@ -1,5 +1,5 @@
 """Concurrent quorum clients that record every operation they attempt as a history
-(`chaos.operation.Op`), for the checker to judge once the faults are healed.
+(`dht.history.operation.Op`), for the checker to judge once the faults are healed.
 
 Each client thread picks, with its own seeded random, a node, a key from a small key
 space (so writes overwrite each other) and an operation, sends it straight to the node
@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaos.operation import Kind, Op
+from dht.history.operation import Kind, Op
 from dht.testbed.toxiproxy import node_name
 from tests.launcher import Node, entity_url, request
 

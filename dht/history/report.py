@@ -1,9 +1,9 @@
 """Re-checks a chaos run folder offline and redraws its plot.
 
-    python -m chaos.report RUN_DIR [--plot PATH] [--clock-slack SECONDS]
+    python -m dht.history.report RUN_DIR [--plot PATH] [--clock-slack SECONDS]
 
-Reads the history, faults and final state a chaos run saved (chaos/run_folder.py),
-checks them again with `chaos.history.check` (no cluster needed: the checker is a pure
+Reads the history, faults and final state a chaos run saved (dht/history/run_folder.py),
+checks them again with `dht.history.checker.check` (no cluster needed: the checker is a pure
 function of the history and the final state), prints the summary line and, if the check
 failed, what failed; then redraws the Jepsen-style plot. Use it to look at a run that
 failed in CI, or to re-judge old runs after a change to the checker.
@@ -19,15 +19,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos.history import CLOCK_SLACK, check
-from chaos.run_folder import PLOT_FILE, RunFolderError, read_run
+from dht.history.checker import CLOCK_SLACK, check
+from dht.history.run_folder import PLOT_FILE, RunFolderError, read_run
 
 PASSED, FAILED, UNREADABLE = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.report",
+        prog="python -m dht.history.report",
         description=(
             "Re-check a chaos run folder offline: read its history.jsonl, faults.jsonl and "
             "final.json, run the history checker on them, print the verdict (and what "
@@ -60,24 +60,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = read_run(args.run_dir)
         report = check(run.history, run.final, args.clock_slack, run.final_at)
     except RunFolderError as error:
-        print(f"chaos.report: {error}", file=sys.stderr)
+        print(f"dht.history.report: {error}", file=sys.stderr)
         return UNREADABLE
     except ValueError as error:  # a written key with no final state
-        print(f"chaos.report: {args.run_dir}: cannot check: {error}", file=sys.stderr)
+        print(f"dht.history.report: {args.run_dir}: cannot check: {error}", file=sys.stderr)
         return UNREADABLE
     print(f"{run.scenario}: {report.summary()}")
     if not report.ok:
         print(report.details())
     path: Path = args.plot or args.run_dir / PLOT_FILE
     try:
-        from chaos import plot  # matplotlib is only needed for the picture
+        from dht.history import plot  # matplotlib is only needed for the picture
     except ImportError as error:
-        print(f"chaos.report: no plot drawn: {error}", file=sys.stderr)
+        print(f"dht.history.report: no plot drawn: {error}", file=sys.stderr)
     else:
         try:
             plot.draw(run, report, path)
         except OSError as error:
-            print(f"chaos.report: no plot drawn: {error}", file=sys.stderr)
+            print(f"dht.history.report: no plot drawn: {error}", file=sys.stderr)
         else:
             print(f"plot: {path}")
     return PASSED if report.ok else FAILED

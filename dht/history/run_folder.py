@@ -1,7 +1,7 @@
 """Every chaos run leaves a run folder: the history the clients recorded, the faults as
 they were applied, the final state the checker judged, and what the checker and a
 Jepsen-style plot made of it. A failed run can then be looked at, and re-checked offline
-(`python -m chaos.report RUN_DIR`), long after its cluster is gone.
+(`python -m dht.history.report RUN_DIR`), long after its cluster is gone.
 
 A run folder holds:
 
@@ -31,9 +31,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from chaos.history import check
-from chaos.operation import Kind, Op, Window
-from chaos.run import FaultWindow, Run, outcome, run_origin
+from dht.history.checker import check
+from dht.history.operation import Kind, Op, Window
+from dht.history.run import FaultWindow, Run, outcome, run_origin
 
 __all__ = ["FaultWindow", "Run", "new_run_dir", "read_run", "run_origin", "write_run"]
 
@@ -46,7 +46,6 @@ PLOT_FILE = "plot.png"
 ORIGIN_NOTE = "times are seconds from the run's first event"
 # Where run folders go unless DHT_CHAOS_RUNS says otherwise.
 RUNS_ENV = "DHT_CHAOS_RUNS"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class RunFolderError(Exception):
@@ -56,9 +55,9 @@ class RunFolderError(Exception):
 
 def runs_root() -> Path:
     """Where run folders go: `$DHT_CHAOS_RUNS` if set, else `artifacts/chaos-runs` in the
-    repository."""
+    current folder (the repository's top, where pytest runs the scenarios)."""
     configured = os.environ.get(RUNS_ENV)
-    return Path(configured) if configured else REPO_ROOT / "artifacts" / "chaos-runs"
+    return Path(configured) if configured else Path.cwd() / "artifacts" / "chaos-runs"
 
 
 def new_run_dir(scenario: str) -> Path:
@@ -123,7 +122,7 @@ def _dump(value: Any) -> str:
 
 def write_run(run_dir: Path, run: Run) -> Path:
     """Writes `run` into `run_dir` (created if need be; files already there are
-    replaced), checks it with `chaos.history.check` and draws it. Returns the path of
+    replaced), checks it with `dht.history.checker.check` and draws it. Returns the path of
     the plot.
 
     The data files are written before the check, so a run the checker refuses (a written
@@ -157,7 +156,7 @@ def write_run(run_dir: Path, run: Run) -> Path:
 
     report = check(run.history, run.final, final_at=run.final_at)
     (run_dir / SUMMARY_FILE).write_text(report.summary() + "\n" + report.details() + "\n")
-    from chaos import plot  # matplotlib only when a picture is drawn
+    from dht.history import plot  # matplotlib only when a picture is drawn
 
     path = run_dir / PLOT_FILE
     plot.draw(run, report, path)

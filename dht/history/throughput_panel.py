@@ -1,4 +1,4 @@
-"""The run plot's throughput panel (`chaos.plot`): operations finished per second, per
+"""The run plot's throughput panel (`dht.history.plot`): operations finished per second, per
 outcome, in the latency panel's colours. An operation with no answer counts when the
 client gave up on it, so a stall shows as fewer answers, then a burst of no answers.
 """
@@ -9,8 +9,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
-from chaos.latency_panel import outcome_colour, outcome_order
-from chaos.run import Run, outcome
+from dht.history.latency_panel import outcome_colour, outcome_order
+from dht.history.run import Run, outcome
 
 
 def draw_throughput(

@@ -1,4 +1,4 @@
-"""The run plot's latency panel (`chaos.plot`): one point per operation at (invoke
+"""The run plot's latency panel (`dht.history.plot`): one point per operation at (invoke
 time, latency), latency on a log scale, coloured by outcome (ok, 503, 504, no answer,
 other) and shaped by kind (PUT, GET, DELETE), with its two legends.
 
@@ -21,9 +21,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from chaos.operation import Kind, Op
-from chaos.run import Run, outcome
-from chaos.verdict import Phantom, Report, Resurrection
+from dht.history.operation import Kind, Op
+from dht.history.run import Run, outcome
+from dht.history.verdict import Phantom, Report, Resurrection
 
 OUTCOME_COLOURS = {
     "ok": "#2c7fb8",

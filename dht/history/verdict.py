@@ -1,4 +1,4 @@
-"""What the history checker (`chaos.history.check`) finds: the ways a run can fail,
+"""What the history checker (`dht.history.checker.check`) finds: the ways a run can fail,
 each as a value that names the operations involved and reads as one line of a report
 (a lost write, a resurrection, a phantom, a stale read), and the `Report` that counts
 the operations and holds them all.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaos.operation import Kind, Op
+from dht.history.operation import Kind, Op
 
 # The source a verdict names when the final state saw it (else "GET at <invoke time>").
 FINAL_READ = "final read"

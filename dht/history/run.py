@@ -1,13 +1,13 @@
 """What one chaos run is, in memory: the operations the clients recorded, the faults
-applied meanwhile and the final state observed, all on one clock. `chaos.run_folder`
-writes and reads it, `chaos.plot` draws it."""
+applied meanwhile and the final state observed, all on one clock. `dht.history.run_folder`
+writes and reads it, `dht.history.plot` draws it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.operation import AFTER_EVERYTHING, Op, Window
+from dht.history.operation import AFTER_EVERYTHING, Op, Window
 
 
 @dataclass(frozen=True)

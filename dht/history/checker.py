@@ -53,8 +53,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from chaos.operation import AFTER_EVERYTHING, Kind, Op, Window
-from chaos.verdict import FINAL_READ, LostWrite, Phantom, Report, Resurrection, StaleRead
+from dht.history.operation import AFTER_EVERYTHING, Kind, Op, Window
+from dht.history.verdict import FINAL_READ, LostWrite, Phantom, Report, Resurrection, StaleRead
 
 # The operation model and the verdicts, importable from here as from their own modules.
 __all__ = [

@@ -3,18 +3,18 @@ saw, and when, against the faults that were applied meanwhile. This module lays 
 figure, with its title and the mark of the final reads across the panels; each part
 drawn in it has a module of its own.
 
-- A track at the top names each fault, at the time it ran (`chaos.fault_track`).
+- A track at the top names each fault, at the time it ran (`dht.history.fault_track`).
 - The top panel has one point per operation at (invoke time, latency), latency on a log
   scale, coloured by outcome (ok, 503, 504, no answer, other) and shaped by kind (PUT,
   GET, DELETE). An operation that got no answer is drawn at the client's time-out, so
   time-outs form a band along the top. Operations the checker blamed (a lost write, a
   stale read, a GET that saw a dead value or one from nowhere) are ringed
-  (`chaos.latency_panel`).
+  (`dht.history.latency_panel`).
 - The bottom panel has the throughput: operations finished per second, per outcome (an
   operation with no answer counts when the client gave up on it)
-  (`chaos.throughput_panel`).
+  (`dht.history.throughput_panel`).
 - Fault windows are shaded across both panels, one colour per kind of fault
-  (`chaos.fault_track`); a dotted line marks where the final reads began.
+  (`dht.history.fault_track`); a dotted line marks where the final reads began.
 - The title is the checker's verdict.
 
 Times are seconds since the run's first event, whether the run came straight from a
@@ -35,11 +35,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
-from chaos.fault_track import ROW_INCHES, draw_track, fault_labels, fault_legend, shade
-from chaos.latency_panel import Points, client_timeout_ms, draw_latency, points_of
-from chaos.run import Run, run_origin
-from chaos.throughput_panel import draw_throughput
-from chaos.verdict import Report
+from dht.history.fault_track import ROW_INCHES, draw_track, fault_labels, fault_legend, shade
+from dht.history.latency_panel import Points, client_timeout_ms, draw_latency, points_of
+from dht.history.run import Run, run_origin
+from dht.history.throughput_panel import draw_throughput
+from dht.history.verdict import Report
 
 WIDTH, HEIGHT, DPI = 14.0, 8.0, 100
 # The panels' horizontal extent (figure fraction); the legends go right of them.

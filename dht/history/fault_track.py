@@ -1,4 +1,4 @@
-"""The faults as the run plot (`chaos.plot`) shows them: a track above the panels with
+"""The faults as the run plot (`dht.history.plot`) shows them: a track above the panels with
 one bar per fault over its window, labelled at the time it ran; the same windows shaded
 across the panels; and a legend with one colour per kind of fault ("cut links into",
 whatever node it hit).
@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from chaos.run import FaultWindow
+from dht.history.run import FaultWindow
 
 # Light colours for the kinds of fault, in the order they first appear.
 FAULT_COLOURS = [
