@@ -1,3 +1,4 @@
-"""Shared fixtures for tests/ and chaos/: real node processes (tests/launcher.py)."""
+"""Shared fixtures for tests/ and chaos/: the kit's (real node processes, the tiers'
+markers) and the repository's own (a cluster behind Toxiproxy)."""
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["dht.conformance.fixtures", "tests.fixtures"]

@@ -1,6 +1,6 @@
 """Benchmark: anti-entropy and tombstone collection (SPEC rules 9.9 and 9.10).
 
-Four figures on 127.0.0.1. A 3-node cluster (`tests/launcher.py`, `--log-level WARNING`,
+Four figures on 127.0.0.1. A 3-node cluster (`dht/conformance/launcher.py`, `--log-level WARNING`,
 hints off with `--hint-max-bytes 0`, `--anti-entropy-interval` 1 s) is loaded with
 `--keys` keys (`key0000000000 ..`, 100 random bytes each, so compression does not hide
 the data) by concurrent PUTs (aiohttp, 64 in flight) at the default replicas (2/3; every

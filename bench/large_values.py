@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.launcher import Cluster, Node, request
+from dht.conformance.launcher import Cluster, Node, request
 
 MiB = 1024 * 1024
 

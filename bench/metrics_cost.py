@@ -28,8 +28,8 @@ from pathlib import Path
 from bench.pinning import process_tree
 from bench.throughput import bare_server
 from bench.vegeta import Report, attack, check_vegeta, get_targets, put_targets, target_count
+from dht.conformance.launcher import Cluster
 from locustfiles.prefill import KEY_PREFIX
-from tests.launcher import Cluster
 
 WORKLOADS = ("PUT", "GET")
 _TICKS = os.sysconf("SC_CLK_TCK")

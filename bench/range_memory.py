@@ -17,10 +17,10 @@ import threading
 import time
 from pathlib import Path
 
+from dht.conformance.launcher import Node, free_port
 from dht.model.clock import HybridClock
 from dht.model.record import Record
 from dht.storage.store import Storage
-from tests.launcher import Node, free_port
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

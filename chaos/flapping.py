@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dht.conformance.launcher import Node
 from dht.history.run_folder import FaultWindow
 from dht.testbed.toxiproxy import Testbed, node_name
-from tests.launcher import Node
 
 
 @dataclass(frozen=True, slots=True)

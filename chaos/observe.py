@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from dht.conformance.launcher import Node, wait_for
 from dht.history.operation import Window
 from dht.model.record import Record
-from tests.launcher import Node, wait_for
 
 # How long a final read retries after the heal (a breaker may still be open).
 FINAL_READ_DEADLINE = 10.0

@@ -31,11 +31,11 @@ from chaos.flags import FAST_FAULTS
 from chaos.observe import final_read
 from chaos.traffic import Clients, attempt, key_space
 from dht.config import NodeConfig
+from dht.conformance.launcher import Cluster, expect
+from dht.conformance.rules import rule
 from dht.history.checker import CLOCK_SLACK, Kind, Op, Report, Window, check
 from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.ring import Ring
-from tests.launcher import Cluster, expect
-from tests.spec.rules import rule
 
 TRAFFIC_SECONDS = float(os.environ.get("DHT_SKEW_SECONDS", "6"))
 SEED = 13

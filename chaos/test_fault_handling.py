@@ -21,9 +21,9 @@ from typing import ParamSpec
 import pytest
 
 from chaos.observe import breaker_towards
+from dht.conformance.launcher import Node, Response, wait_for
+from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import Node, Response, wait_for
-from tests.spec.rules import rule
 
 P = ParamSpec("P")
 

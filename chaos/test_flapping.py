@@ -42,14 +42,14 @@ from chaos.observe import (
     zombies,
 )
 from chaos.traffic import Clients, Mix, key_space
+from dht.conformance.launcher import Cluster, Node
+from dht.conformance.rules import rule
 from dht.history.checker import Op, Report, Window, check
 from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.record import Record, newest
 from dht.testbed import toxiproxy as test_bed  # a module import: pytest would collect the class
 from dht.testbed.toxiproxy import node_name
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import Cluster, Node
-from tests.spec.rules import rule
 
 FLAP_SECONDS = float(os.environ.get("DHT_FLAP_SECONDS", "20"))
 FLAP_SEED = int(os.environ.get("DHT_FLAP_SEED", "2020"))

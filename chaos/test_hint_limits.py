@@ -8,9 +8,9 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints
+from dht.conformance.launcher import wait_for
+from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import wait_for
-from tests.spec.rules import rule
 
 VALUE = b"x" * 200  # a hint is then about 250 bytes
 

@@ -8,10 +8,10 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints, read_repairs
+from dht.conformance.launcher import Cluster, Node, wait_for
+from dht.conformance.rules import rule
 from dht.testbed.toxiproxy import Testbed
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import Cluster, Node, wait_for
-from tests.spec.rules import rule
 
 # From the heal: the breaker's cooldown (0.5 s), a delivery round (0.2 s), and slack.
 HANDOFF_DEADLINE = 5.0

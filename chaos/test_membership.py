@@ -30,13 +30,13 @@ from chaos.flags import FAST_FAULTS
 from chaos.observe import final_read
 from chaos.traffic import Clients, Mix, key_space
 from dht.config import NodeConfig
+from dht.conformance.launcher import Cluster, Node, cluster_secret, expect, request, wait_for
+from dht.conformance.rules import rule
 from dht.history.checker import Op, check
 from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
 from dht.model.ring import Ring
 from dht.testbed.membership import ChangeReport, change_membership
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
-from tests.launcher import Cluster, Node, cluster_secret, expect, request, wait_for
-from tests.spec.rules import rule
 
 RECORDS = int(os.environ.get("DHT_MEMBERSHIP_RECORDS", "3000"))
 HANDOFF_RATE = int(os.environ.get("DHT_HANDOFF_RATE", "1500"))

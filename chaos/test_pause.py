@@ -25,11 +25,11 @@ from chaos.observe import (
     records_by_node,
 )
 from chaos.traffic import Clients, Mix, key_space
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import wait_for
+from dht.conformance.rules import rule
 from dht.history.checker import check
 from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
-from tests.fixtures import ClusterFactory
-from tests.launcher import wait_for
-from tests.spec.rules import rule
 
 PAUSE_SECONDS = float(os.environ.get("DHT_PAUSE_SECONDS", "3"))
 SEED = 11

@@ -8,9 +8,9 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import holds, pending_hints, read_repairs, record_of
+from dht.conformance.launcher import wait_for
+from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import wait_for
-from tests.spec.rules import rule
 
 REPAIR_DEADLINE = 5.0
 # How long Toxiproxy holds back the stale replica's answers in the race.

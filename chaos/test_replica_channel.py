@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from dht.config import NodeConfig
+from dht.conformance.rules import rule
 from dht.model.clock import HybridClock
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.replication.peers import Peer, PeerError
 from tests.fixtures import ChaosClusterFactory
-from tests.spec.rules import rule
 
 IN_FLIGHT = 200
 TIMEOUT = 0.5

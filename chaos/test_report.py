@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.rules import rule
 from dht.history import plot
 from dht.history.checker import AFTER_EVERYTHING, Kind, Op, check
 from dht.history.run_folder import (
@@ -32,7 +33,6 @@ from dht.history.run_folder import (
     write_run,
 )
 from tests.launcher import run_module
-from tests.spec.rules import rule
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 T0 = 7000.0  # a monotonic clock's reading: far from 0, as in a real run

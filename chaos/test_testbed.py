@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
+from dht.conformance.launcher import wait_for
+from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
-from tests.launcher import wait_for
-from tests.spec.rules import rule
 
 
 @rule("3.4")

@@ -17,9 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dht.conformance.launcher import Node, entity_url, request
 from dht.history.operation import Kind, Op
 from dht.testbed.toxiproxy import node_name
-from tests.launcher import Node, entity_url, request
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Fixtures that start real node processes (see tests/launcher.py)."""
+"""The repository's own fixture on top of the kit's (dht/conformance/fixtures.py): a
+cluster whose every link crosses Toxiproxy."""
 
 from __future__ import annotations
 
@@ -7,32 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.launcher import Cluster
 from dht.testbed.toxiproxy import Testbed
-from tests.launcher import Cluster, Node, chaos_cluster
+from tests.launcher import chaos_cluster
 
-ClusterFactory = Callable[..., Cluster]
 ChaosClusterFactory = Callable[..., tuple[Cluster, Testbed]]
-
-
-@pytest.fixture
-def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    """start_cluster(size, extra_args=None) -> a started Cluster, stopped at teardown."""
-    started: list[Cluster] = []
-
-    def start(size: int, extra_args: list[str] | None = None) -> Cluster:
-        cluster = Cluster(tmp_path / f"cluster-{len(started)}", size, extra_args)
-        started.append(cluster)
-        return cluster.start()
-
-    yield start
-    for cluster in started:
-        cluster.stop()
-
-
-@pytest.fixture
-def node(start_cluster: ClusterFactory) -> Node:
-    """A single-node cluster."""
-    return start_cluster(1)[0]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """`python -m dht.conformance`: grade an implementation of the v0 API by SPEC.md's rules.
 
-It runs the spec tests (tests/spec, in a clone of this repository) of the chosen tiers
+It runs the spec tests of the chosen tiers (the package's suite, dht/conformance/suite)
 under pytest, each test starting the implementation's own processes from the node
 command, and writes report.md (per tier: rules and tests passed and failed, and one line
 per failed rule) and junit.xml into the output folder.
@@ -22,11 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
-from dht.conformance.spec import SPEC_PATH, TIERS, load_rules
+from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
 from dht.testbed.toxiproxy import free_ports
 
-REPOSITORY = SPEC_PATH.parent
-SPEC_TESTS = REPOSITORY / "tests" / "spec"
+SUITE = Path(__file__).resolve().parent / "suite"
 PLACEHOLDERS = ("{port}", "{data_dir}", "{cluster}", "{self}")
 EPILOG = """\
 The node command is a template run once per node, with these placeholders:
@@ -40,7 +39,6 @@ Tiers (SPEC.md part one, then dht's own rules):
   replication  replicas=ack/from on 2 and 3 nodes, judged through the public API
   durability   acknowledged writes survive kill -9 and a graceful restart
   robustness   bad input, slow and idle clients, bursts: no 5xx but 503/504, no hang
-  dht          this project's own rules (CLI, limits, internal protocol); dht only
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:
   python -m dht.conformance --tiers core,range \\
@@ -50,10 +48,11 @@ Example:
 
 def parse_tiers(text: str) -> tuple[str, ...]:
     tiers = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    unknown = [tier for tier in tiers if tier not in TIERS]
+    unknown = [tier for tier in tiers if tier not in PART_ONE_TIERS]
     if unknown or not tiers:
+        named = ", ".join(unknown) or "(none given)"
         raise argparse.ArgumentTypeError(
-            f"unknown tier {', '.join(unknown) or '(none given)'}; choose from {', '.join(TIERS)}"
+            f"unknown tier {named}; choose from {', '.join(PART_ONE_TIERS)}"
         )
     return tiers
 
@@ -72,8 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tiers",
         type=parse_tiers,
-        default=TIERS[:-1],
-        help="comma-separated tiers to run (default: every tier but dht)",
+        default=PART_ONE_TIERS,
+        help="comma-separated tiers to run (default: all of them)",
     )
     parser.add_argument(
         "--out",
@@ -102,6 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only tests whose name matches, as pytest -k (for a re-run of one rule)",
     )
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()
     if args.node_command is not None:
         if "{port}" not in args.node_command:
             parser.error("--node-command must contain {port}: where the node listens")
@@ -117,7 +117,12 @@ def pytest_command(args: argparse.Namespace, results: Path) -> list[str]:
         sys.executable,
         "-m",
         "pytest",
-        str(SPEC_TESTS),
+        str(SUITE),
+        f"--rootdir={SUITE}",
+        "-c",
+        str(SUITE / "pytest.ini"),
+        "-p",
+        "dht.conformance.fixtures",
         "-m",
         " or ".join(args.tiers),
         "-p",
@@ -183,9 +188,6 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not SPEC_TESTS.is_dir():
-        print(f"no spec tests at {SPEC_TESTS}: run the kit from a clone of dht", file=sys.stderr)
-        return 2
     if args.node_command is not None:
         problem = preflight(args.node_command, args.start_timeout)
         if problem is not None:
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     with (args.out / "pytest.log").open("wb") as log:
         pytest = subprocess.run(
             pytest_command(args, results_path.resolve()),
-            cwd=REPOSITORY,
+            cwd=args.out,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

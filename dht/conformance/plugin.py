@@ -1,5 +1,5 @@
 """A pytest plugin that records what the conformance report needs of each spec test: its
-tier and rules (markers, tests/spec/rules.py), how it ended, and why it failed in one
+tier and rules (markers, dht/conformance/rules.py), how it ended, and why it failed in one
 line. Loaded by the kit (`-p dht.conformance.plugin --conformance-results PATH`); it
 writes one JSON object per test to PATH when the session ends.
 """

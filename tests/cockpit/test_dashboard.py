@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.launcher import HOST, Response, free_port, request
-from tests.spec.rules import rule
+from dht.conformance.launcher import HOST, Response, free_port, request
+from dht.conformance.rules import rule
 from tests.spec.test_dht_cluster_command import consecutive_free_ports
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.fuzz.exchange import (
+from dht.conformance.fuzz.exchange import (
     Answer,
     End,
     Exchange,
@@ -26,7 +26,7 @@ from tests.fuzz.exchange import (
     exchange,
     parse_answer,
 )
-from tests.fuzz.probes import malformed_framing, malformed_head, probes, valid_request
+from dht.conformance.fuzz.probes import malformed_framing, malformed_head, probes, valid_request
 
 REQUEST = b"GET /v0/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 WELL_FORMED = Probe("test", REQUEST, Expect.ANSWER)

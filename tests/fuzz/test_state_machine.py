@@ -29,9 +29,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.fixtures import ClusterFactory
-from tests.fuzz.budget import machine_settings
-from tests.launcher import Node, RawResponse, Response, raw_get, request
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.fuzz.budget import machine_settings
+from dht.conformance.launcher import Node, RawResponse, Response, raw_get, request
 
 # Pieces that make keys collide with each other's prefixes and encodings: bytes that are
 # not UTF-8 (\xff, \xfe), U+FFFD's own encoding (what a lossy decoder folds them into),

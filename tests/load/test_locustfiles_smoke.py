@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher import Node
+from dht.conformance.launcher import Node
 
 LOCUSTFILES = Path(__file__).resolve().parents[2] / "locustfiles"
 # The request names each profile reports, by profile.

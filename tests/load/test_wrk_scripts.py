@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.wrk import run_wrk
-from tests.launcher import Node
+from dht.conformance.launcher import Node
 
 
 def test_get_reads_only_keys_that_put_wrote(node: Node) -> None:

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.launcher import HOST, REPO, free_port, request, run_module
-from tests.spec.rules import rule
+from dht.conformance.launcher import HOST, free_port, request
+from dht.conformance.rules import rule
+from tests.launcher import REPO, run_module
 from tests.spec.test_dht_cluster_command import consecutive_free_ports
 
 pytestmark = pytest.mark.dht

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
+from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import Stored
-from tests.fixtures import ClusterFactory
-from tests.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

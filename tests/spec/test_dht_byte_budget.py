@@ -8,13 +8,13 @@ import socket
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import HOST, Node, open_channel, request, send_frames, wait_for
+from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import Failed, GetRecord, PutRecord, RecordFound, Stored, Welcome, Why
 from dht.replication.protocol import ReplicaCodec
-from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, open_channel, request, send_frames, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -11,11 +11,11 @@ import struct
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import HOST, Node, request, wait_for
+from dht.conformance.rules import rule
 from dht.replication.messages import Op, RecordAbsent
 from dht.replication.protocol import FRAGMENT_BYTES, PREFACE
-from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, request, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

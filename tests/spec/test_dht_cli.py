@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, free_port, run_module, wait_for
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import HOST, Node, free_port, wait_for
+from dht.conformance.rules import rule
+from tests.launcher import run_module
 
 pytestmark = pytest.mark.dht
 

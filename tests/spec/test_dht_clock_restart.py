@@ -14,10 +14,10 @@ from collections.abc import Callable
 import plyvel
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Node, expect
+from dht.conformance.rules import rule
 from dht.storage.store import CLOCK_CEILING, DIGESTS_READY
-from tests.fixtures import ClusterFactory
-from tests.launcher import Node, expect
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -15,11 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.launcher import (
+    HOST,
+    Node,
+    free_port,
+    peer_hello,
+    replica_call,
+    request,
+    wait_for,
+)
+from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import PutRecord, Refused
-from tests.launcher import HOST, Node, free_port, peer_hello, replica_call, request, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -12,11 +12,11 @@ import json
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, Node, expect, request
+from dht.conformance.rules import rule
 from dht.model.record import Record
 from dht.replication.messages import Stored
-from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node, expect, request
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

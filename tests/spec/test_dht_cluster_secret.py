@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import HOST, Node, free_ports, peer_hello, replica_call, request
+from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import PutRecord, RecordAbsent, RecordFound, Refused, Stored
 from dht.replication.wire import RING_HEADER, SECRET_HEADER
-from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Node, free_ports, peer_hello, replica_call, request
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

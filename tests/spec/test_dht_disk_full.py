@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Node, request, wait_for
+from dht.conformance.rules import rule
 from dht.replication.messages import RecordFound
-from tests.fixtures import ClusterFactory
-from tests.launcher import Node, request, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

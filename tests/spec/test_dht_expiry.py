@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node, entity_url, expect, request, wait_for
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, Node, entity_url, expect, request, wait_for
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.launcher import expect
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import expect
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht
 

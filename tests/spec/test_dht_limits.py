@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.launcher import HOST, Cluster, Node, Response, raw_get, request, wait_for
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import HOST, Cluster, Node, Response, raw_get, request, wait_for
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht
 

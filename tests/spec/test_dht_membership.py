@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from dht.config import NodeConfig
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, Node, expect, request, wait_for
+from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.replication.messages import Stored
-from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node, expect, request, run_module, wait_for
-from tests.spec.rules import rule
+from tests.launcher import run_module
 
 pytestmark = pytest.mark.dht
 

@@ -6,10 +6,10 @@ import concurrent.futures
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Node, expect, request, wait_for
+from dht.conformance.rules import rule
 from dht.metrics import CALL_OUTCOMES
-from tests.fixtures import ClusterFactory
-from tests.launcher import Node, expect, request, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

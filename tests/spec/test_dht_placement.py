@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, wait_for
+from dht.conformance.rules import rule
 from dht.model.record import Record
 from dht.replication.messages import RecordAbsent, RecordFound, Stored
-from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from dht.config import NodeConfig
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, Node, expect, wait_for
+from dht.conformance.rules import rule
 from dht.model.ring import Ring
-from tests.fixtures import ClusterFactory
-from tests.launcher import Cluster, Node, expect, wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

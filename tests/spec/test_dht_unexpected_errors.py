@@ -7,10 +7,10 @@ from __future__ import annotations
 import plyvel
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Node
+from dht.conformance.rules import rule
 from dht.storage.store import RECORDS_PREFIX
-from tests.fixtures import ClusterFactory
-from tests.launcher import Node
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import wait_for
+from dht.conformance.rules import rule
 from dht.model.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import Failed, RecordFound, Stored
-from tests.fixtures import ClusterFactory
-from tests.launcher import wait_for
-from tests.spec.rules import rule
 
 pytestmark = pytest.mark.dht
 

@@ -62,7 +62,11 @@ def test_spec_md_numbers_its_rules_in_order_in_every_section() -> None:
 def test_every_rule_of_spec_md_is_checked_by_some_test() -> None:
     named = {
         number.strip("\"' ")
-        for path in [*REPOSITORY.glob("tests/**/test_*.py"), *REPOSITORY.glob("chaos/test_*.py")]
+        for path in [
+            *REPOSITORY.glob("tests/**/test_*.py"),
+            *REPOSITORY.glob("chaos/test_*.py"),
+            *REPOSITORY.glob("dht/conformance/suite/test_*.py"),
+        ]
         for arguments in re.findall(r"^@rule\(([^)]*)\)", path.read_text(), re.M)
         for number in arguments.split(",")
     }

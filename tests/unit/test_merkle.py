@@ -8,6 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dht.conformance.rules import rule
 from dht.model.clock import version_at
 from dht.model.merkle import (
     LEAF_BITS,
@@ -22,7 +23,6 @@ from dht.model.merkle import (
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.replication.collector import collectible
-from tests.spec.rules import rule
 
 NODES = ["http://a:1", "http://b:2", "http://c:3"]
 RING = Ring(NODES, 64)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from dht.conformance.launcher import Metrics as Page
 from dht.metrics import LATENCY_BUCKETS, Latencies, Metrics, TrafficCollector
-from tests.launcher import Metrics as Page
 
 
 def traffic_page(metrics: Metrics) -> Page:

@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from dht.conformance.rules import rule
 from dht.model.clock import MAX_VERSION, version_at
 from dht.model.record import (
     FORMAT_V1,
@@ -19,7 +20,6 @@ from dht.model.record import (
     newest,
     wider_copies,
 )
-from tests.spec.rules import rule
 
 VERSION = version_at(1_700_000_000_000, 3)
 EXPIRY = 1_700_000_060_000

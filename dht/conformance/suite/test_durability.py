@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from tests.launcher import HOST, Node, expect, request
-from tests.spec.rules import rule
+from dht.conformance.launcher import HOST, Node, expect, request
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.durability
 

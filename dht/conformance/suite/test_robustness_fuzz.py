@@ -9,10 +9,10 @@ short keys never hit. The same fuzz runs against a lone node and against one nod
 3-node cluster (with a cluster secret on dht), where every entity request is coordinated
 across replicas.
 
-Each family of probes (tests/fuzz/probes.py) is its own hypothesis run on the same
+Each family of probes (dht/conformance/fuzz/probes.py) is its own hypothesis run on the same
 node, and the test fails at the end with every family's minimal failing example, so one
 bug does not hide the others. DHT_FUZZ_EXAMPLES sets the requests per test
-(tests/fuzz/budget.py); `pytest -s` prints a summary line per family.
+(dht/conformance/fuzz/budget.py); `pytest -s` prints a summary line per family.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 
-from tests.fixtures import ClusterFactory
-from tests.fuzz.budget import raw_request_settings
-from tests.fuzz.exchange import HANG_SECONDS, Probe, Tally, check, exchange
-from tests.fuzz.probes import FAMILIES, Family
-from tests.launcher import HOST, Node, dht_tuning, request
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.fuzz.budget import raw_request_settings
+from dht.conformance.fuzz.exchange import HANG_SECONDS, Probe, Tally, check, exchange
+from dht.conformance.fuzz.probes import FAMILIES, Family
+from dht.conformance.launcher import HOST, Node, dht_tuning, request
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.robustness
 

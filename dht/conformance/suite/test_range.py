@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from tests.launcher import Node, expect, request
-from tests.spec.rules import rule
+from dht.conformance.launcher import Node, expect, request
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.range
 

@@ -1,8 +1,8 @@
 """How long the fuzz suite runs: short in CI, as long as asked on demand.
 
 One knob, DHT_FUZZ_EXAMPLES, scales every fuzz test together (the state machine here and
-the raw-request fuzz, tests/spec/test_robustness_fuzz.py), so a long run is one variable
-away (`DHT_FUZZ_EXAMPLES=5000 pytest tests/fuzz tests/spec/test_robustness_fuzz.py -s`)
+the raw-request fuzz, dht/conformance/suite/test_robustness_fuzz.py), so a long run is one variable
+away (`DHT_FUZZ_EXAMPLES=5000 pytest tests/fuzz dht/conformance/suite/test_robustness_fuzz.py -s`)
 and the default keeps them well under a minute on a shared 2-core machine while they pass.
 DHT_FUZZ_STEPS sets the steps of a state-machine run. A failure costs more: hypothesis
 then shrinks it to a minimal example, hundreds of short runs against the real nodes

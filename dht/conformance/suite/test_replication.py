@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.launcher import Node, Response, dht_tuning, expect
-from tests.spec.rules import rule
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Node, Response, dht_tuning, expect
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.replication
 

@@ -5,7 +5,7 @@ Black-box: only the v0 API, nodes started through the fixtures, so the same test
 another implementation (DHT_NODE_COMMAND). Every abuse runs inside `unharmed(node)`,
 which writes a handful of values before it and checks after it that /v0/status answers
 200 and every one of them reads back unchanged (rule 5.8). Requests are spoken by hand
-over bare sockets (tests/fuzz/exchange.py reads the answers): http.client would refuse
+over bare sockets (dht/conformance/fuzz/exchange.py reads the answers): http.client would refuse
 to send most of them and would hide how the node ended the exchange.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.fixtures import ClusterFactory
-from tests.fuzz.exchange import (
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.fuzz.exchange import (
     HANG_SECONDS,
     Answer,
     BrokenResponse,
@@ -34,8 +34,8 @@ from tests.fuzz.exchange import (
     dechunk,
     parse_answer,
 )
-from tests.launcher import HOST, Node, Response, dht_tuning, entity_url, request
-from tests.spec.rules import rule
+from dht.conformance.launcher import HOST, Node, Response, dht_tuning, entity_url, request
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.robustness
 

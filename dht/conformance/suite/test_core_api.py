@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher import Cluster, Node, entity_url, expect, request
-from tests.spec.rules import rule
+from dht.conformance.launcher import Cluster, Node, entity_url, expect, request
+from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.core
 

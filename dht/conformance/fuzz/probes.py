@@ -1,5 +1,5 @@
 """Hypothesis strategies for raw requests to the client API, each labelled with what the
-node owes the sender (tests/fuzz/exchange.py: Expect).
+node owes the sender (dht/conformance/fuzz/exchange.py: Expect).
 
 Well-formed requests vary everything the node parses (method, path, query, percent-
 encodings, `replicas`, headers, body framing) while staying valid HTTP/1.1, so any drop
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
-from tests.fuzz.exchange import Expect, Probe
+from dht.conformance.fuzz.exchange import Expect, Probe
 
 DIGITS_AND_LETTERS = string.digits + string.ascii_letters
 TCHAR = "!#$%&'*+-.^_`|~" + DIGITS_AND_LETTERS  # a method or header name (RFC 9110 5.6.2)

@@ -1,0 +1,76 @@
+"""The spec tests' pytest plugin: the tiers' markers, and fixtures that start real node
+processes (dht/conformance/launcher.py). The kit loads it with `-p`; the repository's
+conftest.py loads it for every test there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dht.conformance.launcher import Cluster, Node
+from dht.conformance.plugin import markers_of
+from dht.conformance.spec import TIER_DESCRIPTIONS, TIERS, load_rules
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier, description in TIER_DESCRIPTIONS.items():
+        config.addinivalue_line("markers", f"{tier}: {description}")
+    config.addinivalue_line("markers", "rule(*numbers): the SPEC.md rules a test checks")
+
+
+@pytest.fixture
+def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """start_cluster(size, extra_args=None) -> a started Cluster, stopped at teardown."""
+    started: list[Cluster] = []
+
+    def start(size: int, extra_args: list[str] | None = None) -> Cluster:
+        cluster = Cluster(tmp_path / f"cluster-{len(started)}", size, extra_args)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+
+
+@pytest.fixture
+def node(start_cluster: ClusterFactory) -> Node:
+    """A single-node cluster."""
+    return start_cluster(1)[0]
+
+
+def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:
+    """What is wrong with a spec test's markers; `rules` maps each rule number to its tier."""
+    tiers, numbers = markers_of(item)
+    problems = []
+    if len(tiers) != 1:
+        problems.append(f"has tiers {tiers or 'none'}; it needs exactly one of {TIERS}")
+    if not numbers:
+        problems.append("names no rule; add @rule(...) from dht/conformance/rules.py")
+    for number in numbers:
+        if number not in rules:
+            problems.append(f"names rule {number}, which SPEC.md does not have")
+        elif tiers and tiers[0] != "dht" and rules[number] != tiers[0]:
+            problems.append(f"is in tier {tiers[0]} but names rule {number} of {rules[number]}")
+    return problems
+
+
+def refuse_unmarked(items: list[pytest.Item], folder: Path) -> None:
+    """Every spec test in `folder` belongs to exactly one tier and names the SPEC.md
+    rules it checks; collection stops with the list of offenders otherwise, so the
+    conformance report can always point a failure at a numbered paragraph."""
+    rules = {number: rule.tier for number, rule in load_rules().items()}
+    offenders = [
+        f"{item.nodeid} {problem}"
+        for item in items
+        if folder in item.path.parents
+        for problem in problems_of(item, rules)
+    ]
+    if offenders:
+        raise pytest.UsageError(
+            "spec tests without a proper tier or rule:\n" + "\n".join(offenders)
+        )
