@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,9 +20,17 @@ import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
+from dht.conformance.report import (
+    RunFacts,
+    SpecTestResult,
+    count_tiers,
+    exit_code,
+    render,
+    without_machine_paths,
+)
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
 from dht.testbed.toxiproxy import free_ports
 
@@ -57,13 +66,27 @@ def parse_tiers(text: str) -> tuple[str, ...]:
     return tiers
 
 
+def program_name() -> str:
+    """`dht-conformance` when run as the installed command, else `python -m ...`."""
+    called = Path(sys.argv[0]).name
+    return "python -m dht.conformance" if called in ("__main__.py", "-m", "-c", "") else called
+
+
+def kit_version() -> str:
+    try:
+        return version("dht")
+    except PackageNotFoundError:  # run from a folder that was never installed
+        return "unknown (not installed)"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m dht.conformance",
+        prog=program_name(),
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {kit_version()}")
     parser.add_argument(
         "--node-command",
         help="the command that starts one node (default: dht's own, python -m dht node)",
@@ -122,11 +145,11 @@ def pytest_command(args: argparse.Namespace, results: Path) -> list[str]:
         "-c",
         str(SUITE / "pytest.ini"),
         "-p",
-        "dht.conformance.fixtures",
+        "dht.conformance.plugin",
         "-m",
         " or ".join(args.tiers),
         "-p",
-        "dht.conformance.plugin",
+        "dht.conformance.fixtures",
         f"--conformance-results={results}",
         f"--junitxml={args.out / 'junit.xml'}",
         f"--timeout={args.rule_timeout}",
@@ -186,6 +209,30 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
         return f"{line!r} exited with code {code} before answering /v0/status: {last}"
 
 
+def machine_folders(node_command: str | None, scratch: str) -> list[str]:
+    """The folders of this machine a run's files may name: where nodes kept their data,
+    where the kit and Python live, where it ran from, the home folder, and the folders
+    of the absolute paths in the node command."""
+    folders = [scratch, sys.prefix, sys.base_prefix, os.getcwd(), str(Path.home())]
+    folders.append(str(Path(__file__).resolve().parents[2]))
+    for word in shlex.split(node_command or ""):
+        if word.startswith("/"):
+            folders.append(str(Path(word).parent))
+    return folders
+
+
+def make_portable(out: Path, folders: list[str]) -> None:
+    """The report folder can be moved or sent: it carries the spec its links point at,
+    and its text files name none of this machine's `folders`."""
+    for path in out.rglob("*"):
+        if path.suffix in (".md", ".xml", ".log", ".jsonl", ".json", ".txt"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            portable = without_machine_paths(text, [str(out), *folders])
+            if portable != text:
+                path.write_text(portable, encoding="utf-8")
+    shutil.copyfile(SPEC_PATH, out / SPEC_PATH.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.node_command is not None:
@@ -204,15 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     started_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     started = time.monotonic()
     print(f"conformance: tiers {', '.join(args.tiers)} against {implementation}", flush=True)
-    with (args.out / "pytest.log").open("wb") as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="dht-conformance-") as scratch,
+        (args.out / "pytest.log").open("wb") as log,
+    ):
         pytest = subprocess.run(
-            pytest_command(args, results_path.resolve()),
+            [*pytest_command(args, results_path), f"--basetemp={scratch}/pytest"],
             cwd=args.out,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             check=False,
         )
+        folders = machine_folders(args.node_command, scratch)
     results = read_results(results_path)
     # pytest's 0 and 1 are "all passed" and "some failed"; anything else (a usage or
     # collection error, no test selected) means the rules were never run.
@@ -229,10 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         tiers=args.tiers,
         started=started_at,
         seconds=time.monotonic() - started,
-        spec_link=os.path.relpath(SPEC_PATH, args.out.resolve()),
+        spec_link=SPEC_PATH.name,
     )
-    report = render(results, load_rules(), facts)
-    (args.out / "report.md").write_text(report, encoding="utf-8")
+    (args.out / "report.md").write_text(render(results, load_rules(), facts), encoding="utf-8")
+    make_portable(args.out, folders)
     for count in count_tiers(results, args.tiers):
         print(
             f"  {count.tier:<12} {count.verdict:<8} rules {count.rules_passed}/"

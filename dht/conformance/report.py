@@ -142,6 +142,14 @@ def failed_rule_line(
     )
 
 
+def without_machine_paths(text: str, folders: Iterable[str]) -> str:
+    """`text` with each of these folders of the machine that made it (longest first)
+    replaced by `…`, so a report can be sent without them."""
+    for folder in sorted({f.rstrip("/") for f in folders if len(f.rstrip("/")) > 1}, key=len)[::-1]:
+        text = text.replace(folder, "…")
+    return text
+
+
 def rule_key(number: str) -> tuple[int, ...]:
     return tuple(int(part) for part in number.split("."))
 

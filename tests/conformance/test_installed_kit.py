@@ -1,0 +1,121 @@
+"""The kit as a user gets it: the wheel this clone builds, installed into a fresh venv,
+run as `dht-conformance` from an empty folder outside the clone. It must need nothing of
+the clone (no tests/, no chaos/, no SPEC.md at the top), and its report folder must be
+portable: the spec it links is inside it, and no path of this machine is in it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+INSTALL_DEADLINE = 600.0
+KIT_DEADLINE = 900.0
+
+
+@dataclass(frozen=True)
+class InstalledKit:
+    venv: Path
+    workdir: Path  # an empty folder outside the clone
+
+    @property
+    def command(self) -> Path:
+        return self.venv / "bin" / "dht-conformance"
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        # Nothing of the clone may leak in through the environment.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("DHT_")}
+        env.pop("PYTHONPATH", None)
+        return subprocess.run(
+            [str(self.command), *args],
+            cwd=self.workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=KIT_DEADLINE,
+        )
+
+
+@pytest.fixture(scope="module")
+def installed_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstalledKit]:
+    root = tmp_path_factory.mktemp("installed-kit")
+    wheels, venv, workdir = root / "wheels", root / "venv", root / "empty"
+    workdir.mkdir()
+
+    def run(*command: str | Path) -> None:
+        subprocess.run(
+            [str(part) for part in command],
+            check=True,
+            capture_output=True,
+            timeout=INSTALL_DEADLINE,
+            cwd=root,
+        )
+
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, REPOSITORY)
+    (wheel,) = wheels.glob("dht-*.whl")
+    run(sys.executable, "-m", "venv", venv)
+    # The same versions as the clone's .venv (pip's cache serves them, no new download).
+    lock = REPOSITORY / "requirements.lock"
+    run(venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", "-c", lock, wheel)
+    yield InstalledKit(venv, workdir)
+
+
+def test_the_wheel_installs_a_command_with_help_and_version(installed_kit: InstalledKit) -> None:
+    version = installed_kit.run("--version")
+    assert version.returncode == 0 and re.fullmatch(
+        r"dht-conformance \d+\.\d+\.\d+\n", version.stdout
+    )
+    help_text = installed_kit.run("--help")
+    assert help_text.returncode == 0
+    assert help_text.stdout.startswith("usage: dht-conformance")
+    assert "{port}" in help_text.stdout and "--node-command" in help_text.stdout
+    module = subprocess.run(
+        [str(installed_kit.venv / "bin" / "python"), "-m", "dht.conformance", "--version"],
+        cwd=installed_kit.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert module.stdout.startswith("python -m dht.conformance "), module.stdout + module.stderr
+    # What it runs is the installed suite, not the clone's.
+    where = subprocess.run(
+        [
+            str(installed_kit.venv / "bin" / "python"),
+            "-c",
+            "import dht.conformance.suite as s; print(s.__file__)",
+        ],
+        cwd=installed_kit.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert where.stdout.startswith(str(installed_kit.venv)), where.stdout + where.stderr
+
+
+def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_report(
+    installed_kit: InstalledKit,
+) -> None:
+    run = installed_kit.run("--tiers", "core", "--out", "report")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = installed_kit.workdir / "report"
+    text = (report / "report.md").read_text()
+    assert "| core | passes | 9 | 0 | 9 |" in text, text
+    # Every link of the report resolves inside the folder.
+    assert (report / "SPEC.md").read_text() == (REPOSITORY / "SPEC.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        assert (report / target).exists(), target
+    # And no path of this machine appears in any of its files.
+    machine_paths = [str(REPOSITORY), str(installed_kit.workdir), str(installed_kit.venv)]
+    machine_paths += [str(Path.home()), "/tmp/"]
+    for path in report.rglob("*"):
+        if path.is_file():
+            content = path.read_text(errors="replace")
+            found = [machine for machine in machine_paths if machine in content]
+            assert found == [], f"{path.name} names {found}"
