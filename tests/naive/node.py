@@ -481,7 +481,7 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def handle_error(self, request, client_address) -> None:
+    def handle_error(self, request: object, client_address: object) -> None:
         log(f"connection from {client_address}: {sys.exc_info()[1]!r}")
 
 
