@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher import Cluster, Node, expect
+from dht.conformance.launcher import Cluster, Node, expect
 
 NAIVE_NODE = Path(__file__).resolve().parent / "node.py"
 NAIVE_COMMAND = (
