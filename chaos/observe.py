@@ -6,12 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from dht.conformance.launcher import Node, wait_for
-from dht.history.operation import Window
+from dht.conformance.launcher import Node
 from dht.model.record import Record
-
-# How long a final read retries after the heal (a breaker may still be open).
-FINAL_READ_DEADLINE = 10.0
 
 
 def read_repairs(node: Node) -> int:
@@ -107,17 +103,3 @@ def zombies(records: Sequence[Record | None], now_ms: int) -> list[Record]:
         and newest_dead is not None
         and r.order() < newest_dead
     ]
-
-
-def final_read(node: Node, key: str) -> tuple[bytes | None, Window]:
-    """A quorum GET, retried while it fails (a breaker may still be open just after the
-    heal): the value, or None for 404, and when the answering attempt ran (expiring
-    writes are judged against it)."""
-    response = wait_for(
-        lambda: node.get(key),
-        lambda response: response.status in (200, 404),
-        deadline=FINAL_READ_DEADLINE,
-    )
-    completed = time.monotonic()
-    value = response.body if response.status == 200 else None
-    return value, (completed - response.seconds, completed)

@@ -28,11 +28,10 @@ from pathlib import Path
 import pytest
 
 from chaos.flags import FAST_FAULTS
-from chaos.observe import final_read
-from chaos.traffic import Clients, attempt, key_space
 from dht.config import NodeConfig
 from dht.conformance.launcher import Cluster, expect
 from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, attempt, final_read, key_space
 from dht.history.checker import CLOCK_SLACK, Kind, Op, Report, Window, check
 from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.ring import Ring

@@ -32,18 +32,10 @@ import pytest
 
 from chaos.flags import FAST_FAULTS, TIMEOUT
 from chaos.flapping import CRASH, Fault, flap
-from chaos.observe import (
-    describe,
-    differences,
-    final_read,
-    live_differences,
-    records_by_node,
-    wall_ms,
-    zombies,
-)
-from chaos.traffic import Clients, Mix, key_space
+from chaos.observe import describe, differences, live_differences, records_by_node, wall_ms, zombies
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import Op, Report, Window, check
 from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.record import Record, newest

@@ -27,11 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chaos.flags import FAST_FAULTS
-from chaos.observe import final_read
-from chaos.traffic import Clients, Mix, key_space
 from dht.config import NodeConfig
 from dht.conformance.launcher import Cluster, Node, cluster_secret, expect, request, wait_for
 from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import Op, check
 from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
 from dht.model.ring import Ring

@@ -17,17 +17,11 @@ import statistics
 import time
 
 from chaos.flags import FAST_FAULTS
-from chaos.observe import (
-    breaker_towards,
-    differences,
-    final_read,
-    pending_hints,
-    records_by_node,
-)
-from chaos.traffic import Clients, Mix, key_space
+from chaos.observe import breaker_towards, differences, pending_hints, records_by_node
 from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.launcher import wait_for
 from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import check
 from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
 

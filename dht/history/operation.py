@@ -1,6 +1,6 @@
 """One attempted client operation as the chaos clients record it (`Op`: its kind, key,
 value, ttl, status and when it ran), and the windows of time an observation is made in.
-The history checker (`dht.history.checker`) judges a list of them; `chaos.traffic` records
+The history checker (`dht.history.checker`) judges a list of them; `dht.conformance.traffic` records
 them, `dht.history.run` keeps them with the faults of a run.
 """
 

@@ -17,9 +17,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dht.conformance.launcher import Node, entity_url, request
-from dht.history.operation import Kind, Op
+from dht.conformance.launcher import Node, entity_url, request, wait_for
+from dht.history.operation import Kind, Op, Window
 from dht.testbed.toxiproxy import node_name
+
+# How long a final read retries after the heal (a breaker may still be open).
+FINAL_READ_DEADLINE = 10.0
 
 
 @dataclass(frozen=True)
@@ -136,3 +139,17 @@ class Clients:
                 )
             else:
                 history.append(attempt(node, Kind.GET, key, None, self._timeout, None, name))
+
+
+def final_read(node: Node, key: str) -> tuple[bytes | None, Window]:
+    """A quorum GET, retried while it fails (a breaker may still be open just after the
+    heal): the value, or None for 404, and when the answering attempt ran (expiring
+    writes are judged against it)."""
+    response = wait_for(
+        lambda: node.get(key),
+        lambda response: response.status in (200, 404),
+        deadline=FINAL_READ_DEADLINE,
+    )
+    completed = time.monotonic()
+    value = response.body if response.status == 200 else None
+    return value, (completed - response.seconds, completed)
