@@ -129,6 +129,7 @@ def test_run_folder_files_are_the_documented_json(saved: tuple[Run, Path]) -> No
         "status": 201,
         "outcome": "ok",
         "node": "node1",
+        "replicas": None,
     }
     assert [record["outcome"] for record in records] == [
         "ok", "ok", "ok", "ok", "503", "ok", "ok", "504", "ok", "timeout", "ok",

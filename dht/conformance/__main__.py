@@ -23,7 +23,10 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from dht.conformance.faults import QUICK_ENV
+from dht.conformance.launcher import NODE_CWD_ENV
 from dht.conformance.report import (
+    FaultRun,
     RunFacts,
     SpecTestResult,
     count_tiers,
@@ -32,9 +35,12 @@ from dht.conformance.report import (
     without_machine_paths,
 )
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
+from dht.history.run_folder import PLOT_FILE, RUNS_ENV, SUMMARY_FILE
 from dht.testbed.toxiproxy import free_ports
 
 SUITE = Path(__file__).resolve().parent / "suite"
+# Where the fault scenarios leave their run folders, inside the report folder.
+RUNS_FOLDER = "runs"
 PLACEHOLDERS = ("{port}", "{data_dir}", "{cluster}", "{self}")
 EPILOG = """\
 The node command is a template run once per node, with these placeholders:
@@ -48,6 +54,9 @@ Tiers (SPEC.md part one, then dht's own rules):
   replication  replicas=ack/from on 2 and 3 nodes, judged through the public API
   durability   acknowledged writes survive kill -9 and a graceful restart
   robustness   bad input, slow and idle clients, bursts: no 5xx but 503/504, no hang
+  faults       3 nodes under kill -9, SIGSTOP, crash-restart under load; each
+               scenario's history, fault timeline and plot go into the report
+  convergence  a write a node missed reaches it after its restart, unasked
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:
   python -m dht.conformance --tiers core,range \\
@@ -118,6 +127,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds one test may take before it fails as hung (default: 300)",
     )
     parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter fault scenarios (seconds instead of tens of seconds each), for CI; "
+        "the rules and their bounds are the same",
+    )
+    parser.add_argument(
         "-k",
         dest="select",
         metavar="EXPRESSION",
@@ -143,7 +158,7 @@ def pytest_command(args: argparse.Namespace, results: Path) -> list[str]:
         str(SUITE),
         f"--rootdir={SUITE}",
         "-c",
-        str(SUITE / "pytest.ini"),
+        str(SUITE / "suite.ini"),
         "-p",
         "dht.conformance.plugin",
         "-m",
@@ -209,6 +224,23 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
         return f"{line!r} exited with code {code} before answering /v0/status: {last}"
 
 
+def fault_runs(out: Path, runs: Path) -> list[FaultRun]:
+    """The run folders the fault scenarios left, oldest first, as the report links them."""
+    found = []
+    for folder in (
+        sorted(runs.iterdir(), key=lambda path: path.stat().st_mtime) if runs.is_dir() else []
+    ):
+        summary = folder / SUMMARY_FILE
+        found.append(
+            FaultRun(
+                folder.relative_to(out).as_posix(),
+                summary.read_text().splitlines()[0] if summary.exists() else "(no summary)",
+                (folder / PLOT_FILE).exists(),
+            )
+        )
+    return found
+
+
 def machine_folders(node_command: str | None, scratch: str) -> list[str]:
     """The folders of this machine a run's files may name: where nodes kept their data,
     where the kit and Python live, where it ran from, the home folder, and the folders
@@ -243,7 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     results_path.unlink(missing_ok=True)
-    env = os.environ | {"DHT_START_TIMEOUT": str(args.start_timeout)}
+    runs = args.out / RUNS_FOLDER
+    shutil.rmtree(runs, ignore_errors=True)
+    env = os.environ | {
+        "DHT_START_TIMEOUT": str(args.start_timeout),
+        RUNS_ENV: str(runs),
+        NODE_CWD_ENV: os.getcwd(),
+        QUICK_ENV: "1" if args.quick else "0",
+    }
     env.pop("DHT_NODE_COMMAND", None)
     if args.node_command is not None:
         env["DHT_NODE_COMMAND"] = args.node_command
@@ -282,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds=time.monotonic() - started,
         spec_link=SPEC_PATH.name,
     )
-    (args.out / "report.md").write_text(render(results, load_rules(), facts), encoding="utf-8")
+    report = render(results, load_rules(), facts, fault_runs(args.out, runs))
+    (args.out / "report.md").write_text(report, encoding="utf-8")
     make_portable(args.out, folders)
     for count in count_tiers(results, args.tiers):
         print(

@@ -56,6 +56,9 @@ HOST = "127.0.0.1"
 # --start-timeout); rule 1.1's own one second is checked by its test.
 READY_DEADLINE = float(os.environ.get("DHT_START_TIMEOUT", "15"))
 STOP_DEADLINE = 10.0
+# The folder a node command runs in: the kit sets it to where the user started the kit,
+# so a relative path in the command means what it meant there.
+NODE_CWD_ENV = "DHT_NODE_CWD"
 # The smallest non-empty key: a range from it takes every key (a start must not be empty).
 LOWEST_KEY = "\x00"
 DEFAULT_COMMAND = (
@@ -251,7 +254,11 @@ class Node:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=os.environ.get(NODE_CWD_ENV),
             )
         if wait:
             self.wait_ready()

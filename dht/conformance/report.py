@@ -33,6 +33,15 @@ class RunFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultRun:
+    """A run folder a fault scenario left in the report folder."""
+
+    folder: str  # relative to the report, e.g. "runs/faults-kill-20261124-120000-42"
+    summary: str  # the checker's one line
+    has_plot: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TierCount:
     tier: str
     rules_passed: int
@@ -89,7 +98,12 @@ def count_tiers(results: list[SpecTestResult], tiers: Iterable[str]) -> list[Tie
     return counts
 
 
-def render(results: list[SpecTestResult], rules: Mapping[str, Rule], facts: RunFacts) -> str:
+def render(
+    results: list[SpecTestResult],
+    rules: Mapping[str, Rule],
+    facts: RunFacts,
+    runs: Iterable[FaultRun] = (),
+) -> str:
     """The whole report."""
     counts = count_tiers(results, [tier for tier in TIERS if tier in facts.tiers])
     lines = [
@@ -120,11 +134,27 @@ def render(results: list[SpecTestResult], rules: Mapping[str, Rule], facts: RunF
         lines += ["", f"## {count.tier}: {count.rules_failed} rule(s) failed", ""]
         for number, tests in failing:
             lines.append(failed_rule_line(number, tests, rules, facts.spec_link))
+    lines += fault_run_lines(runs)
     skipped = [t for t in results if t.outcome == "skipped"]
     if skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- `{t.test}`: {t.message}" for t in skipped]
     return "\n".join(lines) + "\n"
+
+
+def fault_run_lines(runs: Iterable[FaultRun]) -> list[str]:
+    """Each fault scenario's run: its files, the checker's line and its plot."""
+    lines = []
+    for run in runs:
+        name = run.folder.rsplit("/", 1)[-1]
+        files = ", ".join(
+            f"[{file}]({run.folder}/{file})"
+            for file in ("summary.txt", "history.jsonl", "faults.jsonl", "final.json", "run.json")
+        )
+        lines += ["", f"### {name}", "", f"`{run.summary}`", "", f"Files: {files}."]
+        if run.has_plot:
+            lines += ["", f"![the run {name}]({run.folder}/plot.png)"]
+    return ["", "## Fault runs", *lines] if lines else []
 
 
 def failed_rule_line(

@@ -62,11 +62,11 @@ def attempt(
     try:
         response = request(kind.value, url, body=body, timeout=timeout)
     except OSError:
-        return Op(kind, key, value, invoked, None, None, ttl, node_name)
+        return Op(kind, key, value, invoked, None, None, ttl, node_name, replicas)
     completed = time.monotonic()
     if kind is Kind.GET:
         value = response.body if response.status == 200 else None
-    return Op(kind, key, value, invoked, completed, response.status, ttl, node_name)
+    return Op(kind, key, value, invoked, completed, response.status, ttl, node_name, replicas)
 
 
 class Clients:

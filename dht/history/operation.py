@@ -35,6 +35,7 @@ class Op:
     then `completed` is None too, since the write may take effect at any later time.
     `ttl`: for a PUT sent with `ttl=SECONDS`, those seconds; else None.
     `node`: the name of the node the client sent it to (`node1`, ...), where recorded.
+    `replicas`: the `replicas=A/F` it was sent with; None for the node's default.
     """
 
     kind: Kind
@@ -45,6 +46,7 @@ class Op:
     status: int | None
     ttl: float | None = None
     node: str | None = None
+    replicas: str | None = None
 
     @property
     def is_write(self) -> bool:

@@ -111,6 +111,7 @@ def _op_record(op: Op, origin: float) -> dict[str, Any]:
         "status": op.status,
         "outcome": outcome(op.status),
         "node": op.node,
+        "replicas": op.replicas,
     }
 
 
@@ -205,6 +206,7 @@ def _op(record: Mapping[str, Any]) -> Op:
         status=None if record["status"] is None else int(record["status"]),
         ttl=None if ttl is None else float(ttl),
         node=record.get("node"),
+        replicas=record.get("replicas"),
     )
 
 

@@ -102,11 +102,18 @@ def test_the_wheel_installs_a_command_with_help_and_version(installed_kit: Insta
 def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_report(
     installed_kit: InstalledKit,
 ) -> None:
-    run = installed_kit.run("--tiers", "core", "--out", "report")
+    """dht passes core and every faults and convergence rule through the installed kit
+    (--quick), and the report shows each scenario's run folder and plot."""
+    run = installed_kit.run("--tiers", "core,faults,convergence", "--quick", "--out", "report")
     assert run.returncode == 0, run.stdout + run.stderr
     report = installed_kit.workdir / "report"
     text = (report / "report.md").read_text()
     assert "| core | passes | 9 | 0 | 9 |" in text, text
+    assert "| faults | passes | 3 | 0 | 3 | 3 | 0 | 0 |" in text, text
+    assert "| convergence | passes | 1 | 0 | 1 |" in text, text
+    plots = re.findall(r"!\[[^]]*\]\((runs/[^)]+/plot\.png)\)", text)
+    assert len(plots) == 4, text
+    assert all((report / plot).read_bytes().startswith(b"\x89PNG") for plot in plots)
     # Every link of the report resolves inside the folder.
     assert (report / "SPEC.md").read_text() == (REPOSITORY / "SPEC.md").read_text()
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
@@ -119,3 +126,22 @@ def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_repor
             content = path.read_text(errors="replace")
             found = [machine for machine in machine_paths if machine in content]
             assert found == [], f"{path.name} names {found}"
+
+
+def test_the_installed_kit_finds_the_naive_implementation_never_heals_a_replica(
+    installed_kit: InstalledKit,
+) -> None:
+    """The second implementation (tests/naive: no repair, no hints) passes the faults
+    that a quorum hides, and fails convergence for its real reason, with its plot."""
+    naive = REPOSITORY / "tests" / "naive" / "node.py"
+    python = installed_kit.venv / "bin" / "python"
+    command = f"{python} {naive} --port {{port}} --data-dir {{data_dir}} --cluster {{cluster}}"
+    run = installed_kit.run(
+        "--tiers", "faults,convergence", "--quick", "--out", "naive", "--node-command", command
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    text = (installed_kit.workdir / "naive" / "report.md").read_text()
+    assert "| convergence | fails | 0 | 1 | 1 |" in text, text
+    (line,) = [line for line in text.splitlines() if line.startswith("- [**15.1**]")]
+    assert "writes acknowledged while node3 was down are not on it" in line, line
+    assert re.search(r"!\[[^]]*\]\(runs/convergence-[^)]+/plot\.png\)", text), text

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.report import RunFacts, SpecTestResult, count_tiers, exit_code, render
+from dht.conformance.report import (
+    FaultRun,
+    RunFacts,
+    SpecTestResult,
+    count_tiers,
+    exit_code,
+    render,
+    without_machine_paths,
+)
 from dht.conformance.spec import TIERS, Rule, load_rules, read_rules, summarize, tier_of
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -39,8 +47,9 @@ def test_a_rule_numbered_twice_is_an_error() -> None:
         read_rules(SPEC + '- <a id="rule-1.1"></a>**1.1** Again.\n')
 
 
-def test_sections_1_to_5_are_the_tiers_of_part_one_and_the_rest_is_dht() -> None:
-    assert [tier_of(f"{section}.1") for section in range(1, 8)] == [*TIERS, "dht"]
+def test_sections_1_to_5_14_and_15_are_the_tiers_of_part_one_and_the_rest_is_dht() -> None:
+    tiers = [tier_of(f"{section}.1") for section in range(1, 17)]
+    assert tiers == [*TIERS[:5], *["dht"] * 8, "faults", "convergence", "dht"]
 
 
 def test_a_long_first_sentence_is_cut_at_a_word() -> None:
@@ -122,3 +131,27 @@ def test_the_report_has_a_row_per_tier_and_one_line_per_failed_rule() -> None:
     assert "`test_dur.py::test_d`: needs root" in report
     assert exit_code(RESULTS) == 1
     assert exit_code(RESULTS[:2]) == 0
+
+
+def test_the_report_links_each_fault_run_and_shows_its_plot() -> None:
+    runs = [
+        FaultRun("runs/faults-kill-1", "ops=10 acked=5 lost=0", True),
+        FaultRun("runs/convergence-2", "ops=4 acked=4 lost=2", False),
+    ]
+    report = render(RESULTS, RULES, FACTS, runs)
+    section = report.split("## Fault runs\n", 1)[1]
+    assert "### faults-kill-1" in section and "`ops=10 acked=5 lost=0`" in section
+    assert "[history.jsonl](runs/faults-kill-1/history.jsonl)" in section
+    assert "![the run faults-kill-1](runs/faults-kill-1/plot.png)" in section
+    assert "runs/convergence-2/plot.png" not in section
+    assert "## Fault runs" not in render(RESULTS, RULES, FACTS)
+
+
+def test_machine_folders_are_cut_from_a_text_longest_first() -> None:
+    text = (
+        "ran /home/ann/kit/venv/bin/python /home/ann/impl/node.py in /home/ann/kit; GET /v0/status"
+    )
+    folders = ["/home/ann", "/home/ann/kit", "/home/ann/kit/venv/bin"]
+    assert without_machine_paths(text, folders) == (
+        "ran …/python …/impl/node.py in …; GET /v0/status"
+    )

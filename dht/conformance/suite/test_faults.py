@@ -1,0 +1,173 @@
+"""SPEC.md section 14: a 3-node cluster at the default `replicas` under faults applied
+from outside (signals; Toxiproxy on the links in the network-namespace mode). Each test
+records its operations and faults and leaves a run folder with the checker's summary
+and the plot (dht/conformance/faults.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from dht.conformance.faults import (
+    BOUND,
+    CLIENT_TIMEOUT,
+    Recorder,
+    answered_ok,
+    answered_refused,
+    during,
+    first_failure,
+    seconds,
+)
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.launcher import Cluster, Node, request, wait_for
+from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, Mix, key_space
+from dht.history.operation import Kind, Op
+
+pytestmark = pytest.mark.faults
+
+KEYS = key_space(16)
+CLIENTS = 4
+# Reads, writes and deletes at the default replicas; no ttl (dht's own, rule 8.6).
+MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
+ALL_THREE = "3/3"
+
+
+def refused_requests(
+    recorder: Recorder, senders: Sequence[tuple[Node, str | None]], until: float
+) -> list[Op]:
+    """GET, PUT and DELETE through each (node, replicas) in turn until `until`: each of
+    them needs the node under the fault, so each must be refused in time."""
+    probes: list[Op] = []
+    number = 0
+    while time.monotonic() < until:
+        node, replicas = senders[number % len(senders)]
+        key = f"refused-{number % 4}"
+        for kind in (Kind.GET, Kind.PUT, Kind.DELETE):
+            value = f"refused-{number}".encode() if kind is Kind.PUT else None
+            probes.append(recorder.send(node, kind, key, value, replicas))
+        number += 1
+        time.sleep(0.1)
+    return probes
+
+
+def verdict(*problems: str) -> None:
+    found = [problem for problem in problems if problem]
+    assert not found, "; ".join(found)
+
+
+@dataclass
+class OneNodeDown:
+    """A scenario on 3 nodes: clients at the default replicas through the first two,
+    one fault on the third, and requests that need the third sent meanwhile."""
+
+    cluster: Cluster
+    recorder: Recorder
+    clients: Clients
+    refused: list[Op]
+
+    @property
+    def victim(self) -> Node:
+        return self.cluster[2]
+
+    def finish(self) -> None:
+        """Lets the cluster settle, stops the clients, writes the run folder and judges
+        the requests sent during the fault."""
+        time.sleep(seconds(2.0, 0.5))
+        client_ops = self.clients.stop()
+        self.recorder.add(client_ops)
+        self.recorder.finish(self.cluster.nodes[:2])
+        (window, *_) = self.recorder.faults
+        quorum = during(client_ops, window)
+        assert quorum, "no request at the default replicas ran during the fault"
+        verdict(
+            first_failure(quorum, answered_ok, "a 2xx, or 404 for an absent key"),
+            first_failure(self.refused, answered_refused, "504 (or 503)"),
+        )
+
+
+def one_node_down(
+    cluster: Cluster,
+    scenario: str,
+    label: str,
+    apply: Callable[[Node], object],
+    lift: Callable[[Node], object],
+    refused_through: Callable[[Cluster], list[tuple[Node, str | None]]] = lambda cluster: [
+        (cluster[0], ALL_THREE),
+        (cluster[1], ALL_THREE),
+    ],
+) -> OneNodeDown:
+    live, victim = cluster.nodes[:2], cluster[2]
+    recorder = Recorder(scenario, cluster.nodes)
+    seed = sum(map(ord, scenario))
+    clients = Clients(live, KEYS, CLIENTS, seed, timeout=CLIENT_TIMEOUT, mix=MIX).start()
+    time.sleep(seconds(2.0, 0.5))
+    with recorder.fault(f"{label} {recorder.name(victim)}"):
+        apply(victim)
+        until = time.monotonic() + seconds(10.0, 3.0)
+        refused = refused_requests(recorder, refused_through(cluster), until)
+        lift(victim)
+    return OneNodeDown(cluster, recorder, clients, refused)
+
+
+@rule("14.1")
+def test_with_one_node_killed_the_others_serve_the_quorum_and_refuse_all_three(
+    start_cluster: ClusterFactory,
+) -> None:
+    scenario = one_node_down(start_cluster(3), "faults-kill", "kill -9", Node.kill, Node.start)
+    scenario.finish()
+
+
+@rule("14.2")
+def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_resumed(
+    start_cluster: ClusterFactory,
+) -> None:
+    scenario = one_node_down(start_cluster(3), "faults-pause", "SIGSTOP", Node.pause, Node.resume)
+    victim, recorder = scenario.victim, scenario.recorder
+    resumed = time.monotonic()
+    status = wait_for(lambda: _status(victim), lambda answer: answer == 200, deadline=BOUND + 1.0)
+    status_after = time.monotonic() - resumed
+    through_victim = [
+        recorder.send(
+            victim, kind, key, f"after-pause-{key}".encode() if kind is Kind.PUT else None
+        )
+        for key in KEYS[:4]
+        for kind in (Kind.PUT, Kind.GET)
+    ]
+    scenario.finish()
+    assert status == 200 and status_after <= BOUND, (
+        f"/v0/status of {recorder.name(victim)} answered {status} {status_after:.1f} s "
+        f"after SIGCONT; expected 200 within {BOUND:.0f} s"
+    )
+    verdict(first_failure(through_victim, answered_ok, "a 2xx, or 404 for an absent key"))
+
+
+def _status(node: Node) -> int | None:
+    try:
+        return request("GET", node.url + "/v0/status", timeout=1.0).status
+    except OSError:
+        return None
+
+
+@rule("14.3")
+def test_no_acknowledged_write_is_lost_when_each_node_is_killed_and_restarted_in_turn(
+    start_cluster: ClusterFactory,
+) -> None:
+    cluster = start_cluster(3)
+    recorder = Recorder("faults-crash-restart", cluster.nodes)
+    clients = Clients(cluster.nodes, KEYS, CLIENTS, seed=143, timeout=CLIENT_TIMEOUT, mix=MIX)
+    clients.start()
+    for victim in cluster:
+        time.sleep(seconds(4.0, 1.0))
+        with recorder.fault(f"kill -9 {recorder.name(victim)}, restart"):
+            victim.kill()
+            time.sleep(seconds(5.0, 1.5))
+            victim.start()
+    time.sleep(seconds(4.0, 1.0))
+    recorder.add(clients.stop())
+    report, _ = recorder.finish(cluster.nodes)
+    assert report.acked, "no write was acknowledged: nothing to check"
+    assert report.ok, f"{report.summary()}: {report.details().splitlines()[0]}"
