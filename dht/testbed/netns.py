@@ -60,9 +60,11 @@ def netns_unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not on PATH (iproute2 has ip, util-linux nsenter and unshare)"
     try:
-        find_toxiproxy_server()
+        server = find_toxiproxy_server()
     except FileNotFoundError as exc:
         return str(exc)
+    if not os.access(shutil.which(server) or server, os.X_OK):
+        return f"toxiproxy-server {server} is not an executable file"
     try:  # what start() makes, in a namespace that goes when the command exits
         done = subprocess.run(
             ["unshare", "--net", "--", "ip", "-batch", "-"],
