@@ -64,7 +64,10 @@ class NamespaceLinks:
         links = {proxy.name: proxy.api_url for proxy in testbed.links.values()}
         self.api: LinkApi = LinkApi(links, testbed.api_urls)
         self.api_url = self.api.url
-        threading.Thread(target=self.api.serve_forever, name="link-api", daemon=True).start()
+        # A short poll: `shutdown` waits for it, and Ctrl-C should not.
+        threading.Thread(
+            target=self.api.serve_forever, args=(0.05,), name="link-api", daemon=True
+        ).start()
 
     def start_node(
         self, index: int, command: list[str], environment: dict[str, str]

@@ -307,7 +307,7 @@ class LinkFaults:
         may not) is restarted with the same links, recorded in `restarts`, rather than
         holding the run up. The restart is made from the calling thread: netns.py's
         servers die with the thread that started them."""
-        with ThreadPoolExecutor(len(self.servers)) as pool:
+        with ThreadPoolExecutor(max(1, len(self.servers))) as pool:
             healed = list(pool.map(lambda server: server.reset(reset_timeout), self.servers))
         for server, ok in zip(self.servers, healed, strict=True):
             if not ok:
