@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each node in a network namespace of its own, where its peers' ports "
         "are Toxiproxy proxies, so no node is told of them (no --route); implies --chaos. "
         "Linux only, as root, with iproute2, nsenter, unshare and toxiproxy-server; "
-        "--host must be 127.0.0.1",
+        "--host must stay 127.0.0.1 (or localhost)",
     )
     cluster.add_argument(
         "--dashboard-port",
