@@ -33,8 +33,8 @@ def test_a_toxiproxy_whose_control_port_hangs_is_restarted_with_the_same_links(
     cluster, testbed = start_chaos_cluster(3)
     testbed.cut(testbed.links_out_of(0))
     assert cluster[0].put("cut", b"1", "3/3").status == 504
-    assert testbed._process is not None
-    testbed._process.send_signal(signal.SIGSTOP)
+    assert testbed.server.process is not None
+    testbed.server.process.send_signal(signal.SIGSTOP)
     testbed.heal(reset_timeout=2.0)
     assert len(testbed.restarts) == 1
     written = wait_for(lambda: cluster[0].put("healed", b"2", "3/3").status, lambda s: s == 201)

@@ -78,9 +78,26 @@ def main(argv: list[str] | None = None) -> int:
         from dht.testbed.cluster_control import run_cluster_action
 
         return run_cluster_action(args.data_dir, args.action, args.url)
+    if args.netns:
+        if (reason := netns_refusal(args.host)) is not None:
+            print(f"error: --netns cannot run here: {reason}", file=sys.stderr)
+            return 2
+        args.chaos = True
     from dht.testbed.cluster import run_cluster
 
     return run_cluster(args)
+
+
+def netns_refusal(host: str) -> str | None:
+    """Why `cluster --netns` cannot run, in one line; None if it can."""
+    if host not in ("127.0.0.1", "localhost"):
+        return (
+            f"its nodes listen on 127.0.0.1 in their namespaces, and --host is {host} "
+            "(leave --host out)"
+        )
+    from dht.testbed.netns import netns_unavailable
+
+    return netns_unavailable()
 
 
 def run_membership(args: argparse.Namespace) -> int:

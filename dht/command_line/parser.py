@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
         "`make test` builds it) and print the Toxiproxy API address",
     )
     cluster.add_argument(
+        "--netns",
+        action="store_true",
+        help="run each node in a network namespace of its own, where its peers' ports "
+        "are Toxiproxy proxies, so no node is told of them (no --route); implies --chaos. "
+        "Linux only, as root, with iproute2, nsenter, unshare and toxiproxy-server; "
+        "--host must stay 127.0.0.1 (or localhost)",
+    )
+    cluster.add_argument(
         "--dashboard-port",
         type=port_or_zero,
         default=8079,

@@ -35,13 +35,12 @@ from dht.testbed.node_processes import (
     node_command,
     passed_settings,
     start_dashboard,
-    start_testbed,
     stop_all,
     wait_until_serving,
 )
 
 if TYPE_CHECKING:
-    from dht.testbed.toxiproxy import Testbed
+    from dht.testbed.cluster_links import ClusterLinks
 
 # The one logger of `python -m dht cluster`, whichever module of it speaks.
 log = logging.getLogger("dht.testbed.cluster")
@@ -56,7 +55,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     environment = os.environ | {"DHT_SECRET": args.secret or secrets.token_hex(16)}
     cluster = LocalCluster(args.host, args.data_dir, extra, environment, chaos=args.chaos)
     dashboard: subprocess.Popen[bytes] | None = None
-    testbed: Testbed | None = None
+    links: ClusterLinks | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -67,30 +66,34 @@ def run_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         if args.chaos:
-            testbed = start_testbed(urls, args.data_dir, args.dashboard_port)
+            from dht.testbed.cluster_links import start_links
+
+            ports = [args.base_port + index for index in range(len(urls))]
+            links = start_links(urls, ports, args.data_dir, args.dashboard_port, args.netns)
+            cluster.toxiproxy = links.api_url
         processes = []
         for index in range(len(urls)):
             data_dir = args.data_dir / f"node-{index + 1}"
-            routes = testbed.route_args(index) if testbed else []
-            command = node_command(
-                args.base_port + index, data_dir, urls, args.host, extra + routes
-            )
-            process = subprocess.Popen(command, env=environment)
+            command = node_command(args.base_port + index, data_dir, urls, args.host, extra)
+            if links is not None:
+                process = links.start_node(index, command, environment)
+            else:
+                process = subprocess.Popen(command, env=environment)
             cluster.supervise(urls[index], process, data_dir)
             processes.append(process)
         deadline = time.monotonic() + START_DEADLINE
         for url, process in zip(urls, processes, strict=True):
             wait_until_serving(url, process, deadline)
         if args.dashboard_port:
-            dashboard = start_dashboard(args, urls, testbed)
+            dashboard = start_dashboard(args, urls, links.api_url if links else None)
         cluster.serve_control()
         print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
         for url in urls:
             print(f"  {url}")
         print(f"try: curl -X PUT -d hello '{urls[0]}/v0/entity?id=greeting'")
-        if testbed is not None:
-            print(f"Toxiproxy API: {testbed.api_url}  (links: curl {testbed.api_url}/proxies)")
-            print("  node1 dials node2 through the proxy node1-to-node2, and so on")
+        if links is not None:
+            print(f"Toxiproxy API: {links.api_url}  (links: curl {links.api_url}/proxies)")
+            print(f"  {links.description}")
         elif cluster.control is not None:
             print(
                 f"python -m dht cluster add --data-dir {args.data_dir} adds a node, "
@@ -119,5 +122,5 @@ def run_cluster(args: argparse.Namespace) -> int:
         return 1
     finally:
         stop_all(cluster.close() + ([dashboard] if dashboard is not None else []))
-        if testbed is not None:
-            testbed.stop()
+        if links is not None:
+            links.stop()

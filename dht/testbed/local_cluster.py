@@ -59,6 +59,7 @@ class LocalCluster:
         self.extra = extra
         self.environment = environment
         self.chaos = chaos
+        self.toxiproxy: str | None = None  # the API of the --chaos links
         self.token = secrets.token_hex(16)
         self.control: ControlServer | None = None
         self.lock = threading.Lock()
@@ -121,6 +122,7 @@ class LocalCluster:
             "control_port": self.control.server_address[1],
             "token": self.token,
             "chaos": self.chaos,
+            "toxiproxy": self.toxiproxy,
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / CONTROL_FILE

@@ -1,6 +1,7 @@
 """The processes of a local cluster: the command line that starts a node (with the
 node flags `cluster` passes on), waiting until it serves, stopping a group of them
-(SIGTERM, then SIGKILL for any that linger), and the dashboard and Toxiproxy beside them.
+(SIGTERM, then SIGKILL for any that linger), and the dashboard beside them
+(cluster_links.py makes the Toxiproxy links).
 """
 
 from __future__ import annotations
@@ -14,12 +15,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dht.config import node_settings
-
-if TYPE_CHECKING:
-    from dht.testbed.toxiproxy import Testbed
 
 # The one logger of `python -m dht cluster`, whichever module of it speaks.
 log = logging.getLogger("dht.testbed.cluster")
@@ -94,34 +91,25 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-def start_testbed(urls: list[str], data_dir: Path, dashboard_port: int) -> Testbed:
-    """Toxiproxy on free ports other than the nodes' and the dashboard's, which nothing
-    listens on yet."""
-    from dht.testbed.toxiproxy import Testbed
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return Testbed(urls, data_dir / "toxiproxy.log", avoid=[dashboard_port]).start()
-
-
 def dashboard_command(
-    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+    args: argparse.Namespace, urls: list[str], toxiproxy: str | None
 ) -> list[str]:
     command = [sys.executable, "-m", "dht", "cockpit", "--port", str(args.dashboard_port)]
     command += ["--host", args.host, "--log-level", args.log_level]
     for url in urls:
         command += ["--node", url]
-    if testbed is not None:
-        command += ["--toxiproxy", testbed.api_url]
+    if toxiproxy is not None:
+        command += ["--toxiproxy", toxiproxy]
     return command
 
 
 def start_dashboard(
-    args: argparse.Namespace, urls: list[str], testbed: Testbed | None
+    args: argparse.Namespace, urls: list[str], toxiproxy: str | None
 ) -> subprocess.Popen[bytes] | None:
     """Starts the cockpit and waits until it answers; None, with the reason logged, if it
     does not. The dashboard is a convenience: a taken port must not stop the cluster."""
     url = f"http://{args.host}:{args.dashboard_port}"
-    process = subprocess.Popen(dashboard_command(args, urls, testbed))
+    process = subprocess.Popen(dashboard_command(args, urls, toxiproxy))
     deadline = time.monotonic() + DASHBOARD_DEADLINE
     try:
         while time.monotonic() < deadline:

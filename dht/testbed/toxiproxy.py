@@ -3,7 +3,10 @@
 Node A reaches node B through the proxy named `nodeA-to-nodeB`, so every node-to-node
 byte crosses Toxiproxy, and one link can be slowed or cut without touching the others
 (a single proxy per node could only cut a node's incoming traffic, not a two-way
-partition). Clients talk to nodes directly.
+partition). Clients talk to nodes directly. Here the nodes are told (`--route`) to dial
+their peers through the links; netns.py gives the same links to nodes that cannot be
+told, and shares with this module what makes a link a fault: `ToxiproxyServer`, `Link`
+and `LinkFaults`.
 
 Needs toxiproxy-python (the `test` extra) and a toxiproxy-server binary: `make test`
 builds one into .tools/bin; $DHT_TOXIPROXY_SERVER or PATH can name another.
@@ -18,13 +21,14 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from toxiproxy import Toxiproxy
+from toxiproxy.proxy import Proxy
 
 from dht.config import url_port
 
@@ -32,6 +36,9 @@ log = logging.getLogger(__name__)
 
 _REPO_BINARY = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "toxiproxy-server"
 _START_DEADLINE = 10.0
+# A call to Toxiproxy's API that is not /reset: creating a proxy, cutting one, adding a
+# toxic. toxiproxy-python's own calls wait for ever; a test bed's must not.
+_CALL_TIMEOUT = 10.0
 
 
 def find_toxiproxy_server() -> str:
@@ -77,7 +84,247 @@ def ports_needed(nodes: int) -> int:
     return 1 + nodes * (nodes - 1)
 
 
-class Testbed:
+class Link(Proxy):  # type: ignore[misc]  # toxiproxy-python has no type hints
+    """A toxiproxy-python `Proxy` bound to the server that holds it. The library's own
+    calls go to one API address for the whole process (a class attribute), and wait for
+    ever; a test bed with a server per network namespace needs each proxy to reach its
+    own server, within a deadline. The methods a scenario calls keep their names."""
+
+    def __init__(self, api_url: str, **fields: Any) -> None:
+        super().__init__(**fields)
+        self.api_url = api_url
+
+    def _call(self, method: str, path: str, body: Any = None) -> requests.Response:
+        answer = requests.request(
+            method, f"{self.api_url}/proxies/{self.name}{path}", json=body, timeout=_CALL_TIMEOUT
+        )
+        answer.raise_for_status()
+        return answer
+
+    def disable(self) -> None:
+        """Drops the link's connections and refuses new ones."""
+        self._call("POST", "", {"enabled": False})
+        self.enabled = False
+
+    def enable(self) -> None:
+        self._call("POST", "", {"enabled": True})
+        self.enabled = True
+
+    def add_toxic(self, **toxic: Any) -> None:
+        """`type`, `stream`, `name`, `toxicity` and `attributes`, as toxiproxy-python takes
+        them."""
+        stream = toxic.get("stream", "downstream")
+        self._call(
+            "POST",
+            "/toxics",
+            {
+                "name": toxic.get("name", f"{toxic['type']}_{stream}"),
+                "type": toxic["type"],
+                "stream": stream,
+                "toxicity": toxic.get("toxicity", 1.0),
+                "attributes": toxic.get("attributes", {}),
+            },
+        )
+
+    def toxics(self) -> dict[str, dict[str, Any]]:
+        return {toxic["name"]: toxic for toxic in self._call("GET", "/toxics").json()}
+
+    def destroy_toxic(self, name: str) -> None:
+        self._call("DELETE", f"/toxics/{name}")
+
+    def destroy(self) -> None:
+        self._call("DELETE", "")
+
+
+class ToxiproxyServer:
+    """One toxiproxy-server process, its API on `host`:`port`, and the proxies made on
+    it, remembered so that a new process can be given the same ones (`restart`).
+    `prefix` goes before the server's argv and `preexec_fn` runs in the child before it
+    starts (netns.py uses them to start it in a network namespace, dying with its
+    parent)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        log_path: Path | None = None,
+        prefix: Sequence[str] = (),
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self.prefix = list(prefix)
+        self.preexec_fn = preexec_fn
+        self.process: subprocess.Popen[bytes] | None = None
+        self.proxies: dict[str, Link] = {}
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_until_running()
+
+    def launch(self) -> None:
+        """Starts the process without waiting for its API: a test bed launches all its
+        servers, then waits for them together."""
+        command = [*self.prefix, find_toxiproxy_server(), "-host", self.host]
+        command += ["-port", str(self.port)]
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.preexec_fn
+            )
+        finally:
+            if self.log_path:
+                log.close()  # type: ignore[union-attr]
+
+    def wait_until_running(self) -> None:
+        assert self.process is not None, "launch() first"
+        deadline = time.monotonic() + _START_DEADLINE
+        while not self.running():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"toxiproxy-server did not start on {self.api_url}")
+            time.sleep(0.02)
+
+    def running(self) -> bool:
+        try:
+            return requests.get(f"{self.api_url}/version", timeout=0.5).ok
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def create(self, name: str, listen: str, upstream: str) -> Link:
+        answer = requests.post(
+            f"{self.api_url}/proxies",
+            json={"name": name, "listen": listen, "upstream": upstream, "enabled": True},
+            timeout=_CALL_TIMEOUT,
+        )
+        if not answer.ok:
+            raise RuntimeError(
+                f"Toxiproxy on {self.api_url} refused the proxy {name} on {listen}: "
+                f"{answer.status_code} {answer.text.strip()}"
+            )
+        fields = answer.json()
+        link = Link(self.api_url, **{key: fields[key] for key in _PROXY_FIELDS})
+        self.proxies[name] = link
+        return link
+
+    def restart(self) -> dict[str, Link]:
+        """A new process on the same port with the same proxies, healed: every
+        connection through them is dropped. For a server whose control port stopped
+        answering (it then may not answer SIGTERM either: SIGKILL). Returns the new
+        proxies by name."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.start()
+        made, self.proxies = self.proxies, {}
+        for name, proxy in made.items():
+            self.create(name, proxy.listen, proxy.upstream)
+        return self.proxies
+
+    def reset(self, timeout: float) -> bool:
+        """Enables every proxy and removes every toxic; False if the server did not
+        within `timeout`. Toxiproxy's control port can hang while it removes a latency
+        toxic under traffic (Shopify/toxiproxy#558: /reset answers 503 after 25 s, or
+        not at all, and the fault stays), so /reset is asked with a deadline, again
+        while there is time left."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                answer = requests.post(f"{self.api_url}/reset", timeout=left)
+                if answer.ok:
+                    return True
+                log.warning(
+                    "Toxiproxy %s's reset answered %d; trying again",
+                    self.api_url,
+                    answer.status_code,
+                )
+            except requests.RequestException as exc:
+                log.warning("Toxiproxy %s's reset did not answer: %s", self.api_url, exc)
+            time.sleep(0.2)
+        return False
+
+
+_PROXY_FIELDS = ("name", "listen", "upstream", "enabled")
+
+
+class LinkFaults:
+    """The faults of a test bed whose links are Toxiproxy proxies, on one server
+    (`Testbed`) or one per network namespace (netns.py's `NetnsTestbed`): written once,
+    so that scenario code works with either. `links[source, target]` is the proxy node
+    `source` reaches node `target` through; `servers` every server holding a proxy
+    of the test bed."""
+
+    def __init__(self) -> None:
+        self.links: dict[tuple[int, int], Link] = {}
+        self.servers: list[ToxiproxyServer] = []
+        # (start, end) on the monotonic clock of each restart `heal` made: every
+        # connection through the restarted server's links was dropped then, a fault of
+        # its own.
+        self.restarts: list[tuple[float, float]] = []
+
+    def links_into(self, target: int) -> list[Link]:
+        return [proxy for (_, dst), proxy in self.links.items() if dst == target]
+
+    def links_out_of(self, source: int) -> list[Link]:
+        return [proxy for (src, _), proxy in self.links.items() if src == source]
+
+    def cut(self, links: Iterable[Link]) -> None:
+        """Disables links: connections on them are dropped and new ones refused."""
+        for proxy in links:
+            proxy.disable()
+
+    def isolate(self, index: int) -> None:
+        """A two-way partition of one node from all the others."""
+        self.cut([*self.links_into(index), *self.links_out_of(index)])
+
+    def add_toxic(
+        self, links: Iterable[Link], kind: str, stream: str = "downstream", **attributes: Any
+    ) -> None:
+        """Adds a toxic (latency, timeout, reset_peer, slicer, bandwidth, ...) to links:
+        on `downstream` (the answers coming back) or `upstream` (the requests going out)."""
+        for proxy in links:
+            proxy.add_toxic(
+                type=kind, stream=stream, name=f"{kind}_{stream}", attributes=attributes
+            )
+
+    def heal(self, reset_timeout: float = 30.0) -> None:
+        """Enables every link and removes every toxic, on every server at once. A server
+        that does not reset within `reset_timeout` (ToxiproxyServer.reset says why it
+        may not) is restarted with the same links, recorded in `restarts`, rather than
+        holding the run up. The restart is made from the calling thread: netns.py's
+        servers die with the thread that started them."""
+        with ThreadPoolExecutor(max(1, len(self.servers))) as pool:
+            healed = list(pool.map(lambda server: server.reset(reset_timeout), self.servers))
+        for server, ok in zip(self.servers, healed, strict=True):
+            if not ok:
+                self.restart_server(server)
+
+    def restart_server(self, server: ToxiproxyServer) -> None:
+        """`server` anew with the same proxies; `links` then names the new ones."""
+        started = time.monotonic()
+        fresh = server.restart()
+        for key, proxy in self.links.items():
+            if proxy.api_url == server.api_url:
+                self.links[key] = fresh[proxy.name]
+        self.restarts.append((started, time.monotonic()))
+        log.warning("restarted Toxiproxy %s, whose control port stopped answering", server.api_url)
+
+
+class Testbed(LinkFaults):
     """Starts toxiproxy-server on a free loopback port and a proxy for every link between
     `node_urls` (http://host:port of each node, in cluster order)."""
 
@@ -93,79 +340,43 @@ class Testbed:
         """`ports` (ports_needed(len(node_urls)) of them) are where the API and the links
         listen; by default free ones, chosen now, other than the nodes' ports and `avoid`
         (the nodes may not listen yet)."""
+        super().__init__()
         self.node_urls = node_urls
         self._ports = ports or free_ports(
             ports_needed(len(node_urls)), avoid=[*map(url_port, node_urls), *avoid]
         )
-        self.api_port = self._ports[0]
-        self._log_path = log_path
-        self._process: subprocess.Popen[bytes] | None = None
-        self.toxiproxy = Toxiproxy()
-        self.links: dict[tuple[int, int], Any] = {}
-        # (start, end) on the monotonic clock of each restart `heal` made: every
-        # connection through the links was dropped then, a fault of its own.
-        self.restarts: list[tuple[float, float]] = []
+        self.server = ToxiproxyServer("127.0.0.1", self._ports[0], log_path)
+        self.servers = [self.server]
+
+    @property
+    def api_port(self) -> int:
+        return self.server.port
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+        return self.server.api_url
 
     def start(self) -> Testbed:
-        self._start_server()
+        self.server.start()
         link_ports = iter(self._ports[1:])
         for source in range(len(self.node_urls)):
             for target in range(len(self.node_urls)):
                 if source != target:
-                    self.links[source, target] = self._create_link(
-                        source, target, f"127.0.0.1:{next(link_ports)}"
+                    self.links[source, target] = self.server.create(
+                        link_name(source, target),
+                        f"127.0.0.1:{next(link_ports)}",
+                        urlsplit(self.node_urls[target]).netloc,
                     )
         return self
 
-    def _create_link(self, source: int, target: int, listen: str) -> Any:
-        return self.toxiproxy.create(
-            upstream=urlsplit(self.node_urls[target]).netloc,
-            name=link_name(source, target),
-            listen=listen,
-        )
-
-    def _start_server(self) -> None:
-        command = [find_toxiproxy_server(), "-host", "127.0.0.1", "-port", str(self.api_port)]
-        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
-        try:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        finally:
-            if self._log_path:
-                log.close()  # type: ignore[union-attr]
-        self.toxiproxy.update_api_consumer("127.0.0.1", self.api_port)
-        deadline = time.monotonic() + _START_DEADLINE
-        while not self.toxiproxy.running():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("toxiproxy-server did not start")
-            time.sleep(0.02)
-
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        self.server.stop()
 
     def restart(self) -> None:
         """A new toxiproxy-server on the same ports with the same links, healed: every
         connection through a link is dropped. For a server whose control port stopped
-        answering (it then may not answer SIGTERM either: SIGKILL)."""
-        started = time.monotonic()
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        self._start_server()
-        for (source, target), proxy in list(self.links.items()):
-            self.links[source, target] = self._create_link(source, target, proxy.listen)
-        self.restarts.append((started, time.monotonic()))
-        log.warning("restarted Toxiproxy, whose control port stopped answering")
+        answering."""
+        self.restart_server(self.server)
 
     def route_args(self, source: int) -> list[str]:
         """The `--route` flags that make node `source` dial its peers through the links."""
@@ -174,49 +385,3 @@ class Testbed:
             if src == source:
                 args += ["--route", f"{self.node_urls[target]}=http://{proxy.listen}"]
         return args
-
-    # -- faults ------------------------------------------------------------------------
-
-    def links_into(self, target: int) -> list[Any]:
-        return [proxy for (_, dst), proxy in self.links.items() if dst == target]
-
-    def links_out_of(self, source: int) -> list[Any]:
-        return [proxy for (src, _), proxy in self.links.items() if src == source]
-
-    def cut(self, links: Iterable[Any]) -> None:
-        """Disables links: connections on them are dropped and new ones refused."""
-        for proxy in links:
-            proxy.disable()
-
-    def isolate(self, index: int) -> None:
-        """A two-way partition of one node from all the others."""
-        self.cut([*self.links_into(index), *self.links_out_of(index)])
-
-    def add_toxic(
-        self, links: Iterable[Any], kind: str, stream: str = "downstream", **attributes: Any
-    ) -> None:
-        """Adds a toxic (latency, timeout, reset_peer, slicer, bandwidth, ...) to links:
-        on `downstream` (the answers coming back) or `upstream` (the requests going out)."""
-        for proxy in links:
-            proxy.add_toxic(
-                type=kind, stream=stream, name=f"{kind}_{stream}", attributes=attributes
-            )
-
-    def heal(self, reset_timeout: float = 30.0) -> None:
-        """Enables every link and removes every toxic. Toxiproxy's control port can hang
-        while it removes a latency toxic under traffic (Shopify/toxiproxy#558: /reset
-        answers 503 after 25 s, or not at all, and the fault stays), and its client sets
-        no deadline: so /reset is asked here with one, and a server that does not reset
-        within `reset_timeout` is restarted with the same links (`restart`, recorded in
-        `restarts`) rather than holding the run up."""
-        deadline = time.monotonic() + reset_timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                answer = requests.post(f"{self.api_url}/reset", timeout=left)
-                if answer.ok:
-                    return
-                log.warning("Toxiproxy's reset answered %d; trying again", answer.status_code)
-            except requests.RequestException as exc:
-                log.warning("Toxiproxy's reset did not answer: %s", exc)
-            time.sleep(0.2)
-        self.restart()

@@ -1,0 +1,155 @@
+"""`python -m dht cluster --netns`: dht's nodes, each in a network namespace of its own
+and told nothing of Toxiproxy, replicate through the links, which the cluster's one
+Toxiproxy API cuts; Ctrl-C leaves nothing behind. Where the mode cannot run, the
+command says why in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dht.testbed.netns import netns_unavailable
+from tests.launcher import request, wait_for
+
+unavailable = netns_unavailable()
+
+
+def consecutive_free_ports(count: int) -> list[int]:
+    """`count` consecutive free ports below the kernel's ephemeral range (the command
+    numbers its nodes from --base-port): a busy machine's outgoing connections can hold
+    most of that range, and one of them on base + 1 makes the node fail to bind."""
+    for base in random.sample(range(20000, 32000, count), 200):
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return list(range(base, base + count))
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def children_of(root: int) -> list[int]:
+    """Every process descended from `root`, by the parent each names in /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent:
+                found.append(pid)
+                frontier.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def in_namespaces(namespaces: set[str]) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "net") in namespaces:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def uplinks() -> set[str]:
+    """The root namespace's veths to a test bed's bridge (netns.py names them dhtPID)."""
+    return {name for name in os.listdir("/sys/class/net") if name.startswith("dht")}
+
+
+@pytest.mark.skipif(unavailable is not None, reason=unavailable or "")
+def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    ports = consecutive_free_ports(3)
+    before = uplinks()
+    command = [sys.executable, "-m", "dht", "cluster", "--netns", "--nodes", "3"]
+    command += ["--base-port", str(ports[0]), "--data-dir", str(tmp_path / "data")]
+    command += ["--dashboard-port", "0"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        control = tmp_path / "data" / "cluster.json"
+        wait_for(control.exists, bool, deadline=20.0)  # written once every node serves
+        api = json.loads(control.read_text())["toxiproxy"]
+        started = children_of(process.pid)
+        own = os.readlink("/proc/self/ns/net")
+        namespaces = {os.readlink(f"/proc/{pid}/ns/net") for pid in started} - {own}
+        assert len(namespaces) == 4  # the nodes' and the hub's
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k&replicas=3/3", b"v").status == 201
+        assert request("GET", f"{urls[1]}/v0/entity?id=k&replicas=3/3").body == b"v"
+        for link in ("node3-to-node1", "node3-to-node2", "node1-to-node3", "node2-to-node3"):
+            cut = request("POST", f"{api}/proxies/{link}", json.dumps({"enabled": False}).encode())
+            assert cut.status == 200, cut.body
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k2&replicas=3/3", b"v").status == 504
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k3&replicas=2/3", b"v").status == 201
+        assert request("POST", f"{api}/reset", b"").status == 204
+        written = wait_for(
+            lambda: request("PUT", f"{urls[2]}/v0/entity?id=k4&replicas=3/3", b"v").status,
+            lambda status: status == 201,
+        )
+        assert written == 201
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    assert process.returncode == 0, output.decode(errors="replace")
+    assert [pid for pid in started if alive(pid)] == []
+    assert in_namespaces(namespaces) == []
+    assert uplinks() - before == set()
+
+
+def test_netns_where_it_cannot_run_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dht", "cluster", "--netns", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"DHT_TOXIPROXY_SERVER": str(tmp_path / "no-such-toxiproxy")},
+        timeout=20,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --netns cannot run here: "), lines
+
+
+def test_netns_with_a_host_other_than_loopback_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dht", "cluster", "--netns", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "--host is 0.0.0.0" in done.stderr

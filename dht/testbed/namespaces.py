@@ -1,0 +1,140 @@
+"""Network namespaces that die with the process that made them (Linux, as root).
+
+A namespace here has no name: a holder process (`unshare --net -- sleep infinity`) keeps
+it, and it goes, with every veth end in it, once the holder and every process started in
+it have exited. Every process this module starts gets PR_SET_PDEATHSIG=SIGKILL, so a
+harness that is killed (`kill -9`, a crash) takes them, and so its namespaces, with it:
+nothing is left to clean up, and nothing named can clash with another harness.
+
+PDEATHSIG fires when the *thread* that started the child exits, not the process: start
+processes from a thread that lives as long as they should (the main one), never from a
+worker thread of a pool or a request handler.
+
+Commands run in a namespace through `nsenter --net=/proc/<holder>/ns/net -- argv`;
+nsenter execs the program, so the pid of its Popen is the program's own, and a signal
+sent to it (SIGKILL, SIGSTOP) reaches the program.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_READY_DEADLINE = 5.0
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A `preexec_fn` that makes the child get SIGKILL when the calling thread of this
+    process exits. Made in the parent, it knows the parent's pid: a child whose parent
+    died before prctl took effect exits at once rather than outlive it."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Popen with `die_with_parent`, after any `preexec_fn` of the caller's."""
+    own = die_with_parent()
+    theirs = kwargs.pop("preexec_fn", None)
+
+    def preexec() -> None:
+        own()
+        if theirs is not None:
+            theirs()
+
+    return subprocess.Popen(list(argv), preexec_fn=preexec, **kwargs)
+
+
+def run_ip(commands: Sequence[str], prefix: Sequence[str] = ()) -> None:
+    """`ip` commands in one process (`ip -batch -`), in the namespace `prefix` enters;
+    RuntimeError with ip's own words if one fails."""
+    done = subprocess.run(
+        [*prefix, "ip", "-batch", "-"],
+        input="\n".join(commands) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ip failed: {(done.stderr or done.stdout).strip()}")
+
+
+class Namespace:
+    """A network namespace of its own, held by a child process (see the module's
+    docstring): `close` kills the holder, and the namespace goes once the processes
+    started in it have exited too."""
+
+    def __init__(self) -> None:
+        self._own = os.readlink("/proc/self/ns/net")
+        self.holder = spawn(
+            ["unshare", "--net", "--", "sleep", "infinity"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.path = f"/proc/{self.holder.pid}/ns/net"
+
+    def wait_until_ready(self) -> None:
+        """Until the holder has left this namespace: before that, nsenter on its pid
+        would enter ours, and an address meant for the new namespace would land here."""
+        deadline = time.monotonic() + _READY_DEADLINE
+        while True:
+            if self.holder.poll() is not None:
+                assert self.holder.stderr is not None
+                reason = self.holder.stderr.read().decode(errors="replace").strip()
+                raise RuntimeError(f"cannot make a network namespace: {reason}")
+            try:
+                if os.readlink(self.path) != self._own:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("a new network namespace was not made in time")
+            time.sleep(0.002)
+
+    @property
+    def prefix(self) -> list[str]:
+        """What goes before argv to run it in this namespace."""
+        return ["nsenter", f"--net={self.path}", "--"]
+
+    def ip(self, *commands: str) -> None:
+        run_ip(commands, self.prefix)
+
+    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        return spawn([*self.prefix, *argv], **kwargs)
+
+    def close(self) -> None:
+        if self.holder.poll() is None:
+            self.holder.kill()
+        self.holder.wait()
+        if self.holder.stderr is not None:
+            self.holder.stderr.close()
+
+
+def stop_processes(processes: Sequence[subprocess.Popen[bytes]], deadline: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL for those still there at the deadline. A stopped process
+    (SIGSTOP) ignores SIGTERM until continued: it is continued after the signal."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            process.send_signal(signal.SIGCONT)
+    until = time.monotonic() + deadline
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.05, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
