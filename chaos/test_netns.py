@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from dht.conformance.launcher import wait_for
 from dht.testbed.netns import NetnsTestbed, netns_unavailable
 from dht.testbed.toxiproxy import free_ports
-from tests.launcher import wait_for
 
 PLAIN_NODE = Path(__file__).resolve().parents[1] / "tests" / "data" / "plain_node.py"
 LATENCY_MS = 400

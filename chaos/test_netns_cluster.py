@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dht.conformance.launcher import request, wait_for
 from dht.testbed.netns import netns_unavailable
-from tests.launcher import request, wait_for
 
 unavailable = netns_unavailable()
 
