@@ -60,12 +60,11 @@ class Recorder:
         return node_name(list(self.nodes).index(node))
 
     @contextmanager
-    def fault(self, label: str) -> Iterator[FaultWindow]:
+    def fault(self, label: str) -> Iterator[None]:
         """Marks the block as one fault on the timeline, from its start to its heal."""
         started = time.monotonic()
-        window = FaultWindow(label, started, started)
         try:
-            yield window
+            yield
         finally:
             self.faults.append(FaultWindow(label, started, time.monotonic()))
 
