@@ -239,9 +239,16 @@ class ToxiproxyServer:
         """Enables every proxy and removes every toxic; False if the server did not
         within `timeout`. Toxiproxy's control port can hang while it removes a latency
         toxic under traffic (Shopify/toxiproxy#558: /reset answers 503 after 25 s, or
-        not at all, and the fault stays), so /reset is asked with a deadline, again
-        while there is time left."""
+        not at all, and the fault stays), even with the proxy disabled first; deleting
+        the proxy does not hang. So a proxy with toxics is deleted and made anew (the
+        connections through it are dropped, as a restart would drop every one), then
+        /reset enables the rest; it is asked with a deadline, again while there is time
+        left."""
         deadline = time.monotonic() + timeout
+        try:
+            self._remake_toxic_proxies()
+        except requests.RequestException as exc:
+            log.warning("Toxiproxy %s did not remake its faulted proxies: %s", self.api_url, exc)
         while (left := deadline - time.monotonic()) > 0:
             try:
                 answer = requests.post(f"{self.api_url}/reset", timeout=left)
@@ -256,6 +263,16 @@ class ToxiproxyServer:
                 log.warning("Toxiproxy %s's reset did not answer: %s", self.api_url, exc)
             time.sleep(0.2)
         return False
+
+
+    def _remake_toxic_proxies(self) -> None:
+        listing = requests.get(f"{self.api_url}/proxies", timeout=_CALL_TIMEOUT)
+        listing.raise_for_status()
+        for name, proxy in listing.json().items():
+            if proxy["toxics"]:
+                gone = requests.delete(f"{self.api_url}/proxies/{name}", timeout=_CALL_TIMEOUT)
+                gone.raise_for_status()
+                self.create(name, proxy["listen"], proxy["upstream"])
 
 
 _PROXY_FIELDS = ("name", "listen", "upstream", "enabled")
