@@ -54,8 +54,10 @@ Tiers (SPEC.md part one, then dht's own rules):
   replication  replicas=ack/from on 2 and 3 nodes, judged through the public API
   durability   acknowledged writes survive kill -9 and a graceful restart
   robustness   bad input, slow and idle clients, bursts: no 5xx but 503/504, no hang
-  faults       3 nodes under kill -9, SIGSTOP, crash-restart under load; each
-               scenario's history, fault timeline and plot go into the report
+  faults       3 nodes under kill -9, SIGSTOP, crash-restart under load, slow and cut
+               links (links need root on Linux: each node in a network namespace,
+               else those rules are skipped with the reason); each scenario's
+               history, fault timeline and plot go into the report
   convergence  a write a node missed reaches it after its restart, unasked
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:

@@ -12,8 +12,11 @@ import pytest
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.plugin import markers_of
 from dht.conformance.spec import TIER_DESCRIPTIONS, TIERS, load_rules
+from dht.testbed.netns import NetnsTestbed, netns_unavailable
+from dht.testbed.toxiproxy import free_ports
 
 ClusterFactory = Callable[..., Cluster]
+LinkedClusterFactory = Callable[[int], tuple[Cluster, NetnsTestbed]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,6 +44,34 @@ def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
 def node(start_cluster: ClusterFactory) -> Node:
     """A single-node cluster."""
     return start_cluster(1)[0]
+
+
+@pytest.fixture
+def start_linked_cluster(tmp_path: Path) -> Iterator[LinkedClusterFactory]:
+    """start_linked_cluster(size) -> (Cluster, NetnsTestbed): each node in a network
+    namespace of its own, where its peers' URLs lead through a Toxiproxy proxy per
+    directed link, so that links can be faulted on nodes that know nothing of proxies.
+    Skips, saying why, where namespaces cannot be made (not root, not Linux, ...)."""
+    reason = netns_unavailable()
+    if reason is not None:
+        pytest.skip(f"link faults need each node in a network namespace: {reason}")
+    started: list[tuple[Cluster, NetnsTestbed]] = []
+
+    def start(size: int) -> tuple[Cluster, NetnsTestbed]:
+        root = tmp_path / f"linked-{len(started)}"
+        ports = free_ports(size)
+        testbed = NetnsTestbed(ports, log_dir=root)
+        cluster = Cluster(root, size, ports=ports)
+        started.append((cluster, testbed))
+        testbed.start()
+        for index, member in enumerate(cluster):
+            member.prefix = testbed.command_prefix(index)
+        return cluster.start(), testbed
+
+    yield start
+    for cluster, testbed in started:
+        cluster.stop()
+        testbed.stop()
 
 
 def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:

@@ -47,6 +47,7 @@ from dht.replication.messages import (
 )
 from dht.replication.protocol import Frame, ReplicaCodec, Role
 from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
+from dht.testbed.namespaces import die_with_parent
 from dht.testbed.toxiproxy import free_ports
 
 T = TypeVar("T")
@@ -231,6 +232,8 @@ class Node:
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # What runs the command elsewhere: a network namespace's `nsenter ...` (NetnsTestbed).
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -246,7 +249,7 @@ class Node:
             cluster=",".join(self.topology),
             self=self.cluster_url,
         )
-        return [*shlex.split(line), *self.extra_args]
+        return [*self.prefix, *shlex.split(line), *self.extra_args]
 
     def start(self, wait: bool = True) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
@@ -259,6 +262,8 @@ class Node:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=os.environ.get(NODE_CWD_ENV),
+                # A node in a namespace would keep it alive past a harness that crashed.
+                preexec_fn=die_with_parent() if self.prefix else None,
             )
         if wait:
             self.wait_ready()

@@ -20,7 +20,7 @@ TIER_DESCRIPTIONS = {
     "replication": "SPEC.md section 3, replicas=ack/from on 2 and 3 nodes",
     "durability": "SPEC.md section 4, kill -9, restart and graceful stop",
     "robustness": "SPEC.md section 5, bad input, slow and idle clients, bursts",
-    "faults": "SPEC.md section 14, kill -9, pause, crash-restart under load",
+    "faults": "SPEC.md section 14, kill -9, pause, crash-restart, slow and cut links",
     "convergence": "SPEC.md section 15, a missed write reaches its replica unasked",
     "dht": "SPEC.md sections 6 to 13, dht's own rules",
 }

@@ -264,7 +264,6 @@ class ToxiproxyServer:
             time.sleep(0.2)
         return False
 
-
     def _remake_toxic_proxies(self) -> None:
         listing = requests.get(f"{self.api_url}/proxies", timeout=_CALL_TIMEOUT)
         listing.raise_for_status()

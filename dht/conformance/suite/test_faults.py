@@ -17,15 +17,18 @@ from dht.conformance.faults import (
     Recorder,
     answered_ok,
     answered_refused,
+    describe,
     during,
     first_failure,
     seconds,
 )
-from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.fixtures import ClusterFactory, LinkedClusterFactory
 from dht.conformance.launcher import Cluster, Node, request, wait_for
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.operation import Kind, Op
+from dht.testbed.netns import NetnsTestbed
+from dht.testbed.toxiproxy import Link
 
 pytestmark = pytest.mark.faults
 
@@ -171,3 +174,67 @@ def test_no_acknowledged_write_is_lost_when_each_node_is_killed_and_restarted_in
     report, _ = recorder.finish(cluster.nodes)
     assert report.acked, "no write was acknowledged: nothing to check"
     assert report.ok, f"{report.summary()}: {report.details().splitlines()[0]}"
+
+
+# Rules 14.4 and 14.5: a link delay far past the bound.
+SLOW_LINK_MS = 10_000
+
+
+def through_victim_too(cluster: Cluster) -> list[tuple[Node, str | None]]:
+    """With one node's links faulted, 3/3 through the others needs it, and so does the
+    default quorum through the node itself: it reaches no peer in time."""
+    return [(cluster[0], ALL_THREE), (cluster[1], ALL_THREE), (cluster[2], None)]
+
+
+def victims_links(testbed: NetnsTestbed, victim: int = 2) -> list[Link]:
+    return [*testbed.links_into(victim), *testbed.links_out_of(victim)]
+
+
+@rule("14.4")
+def test_with_one_nodes_links_slowed_the_others_serve_the_quorum_and_refuse_in_time(
+    start_linked_cluster: LinkedClusterFactory,
+) -> None:
+    cluster, testbed = start_linked_cluster(3)
+    scenario = one_node_down(
+        cluster,
+        "faults-slow-links",
+        f"latency {SLOW_LINK_MS} ms on every link of",
+        lambda victim: testbed.add_toxic(victims_links(testbed), "latency", latency=SLOW_LINK_MS),
+        lambda victim: testbed.heal(),
+        through_victim_too,
+    )
+    scenario.finish()
+
+
+@rule("14.5")
+def test_with_one_nodes_links_cut_the_others_serve_the_quorum_and_it_serves_once_restored(
+    start_linked_cluster: LinkedClusterFactory,
+) -> None:
+    cluster, testbed = start_linked_cluster(3)
+    scenario = one_node_down(
+        cluster,
+        "faults-cut-links",
+        "cut every link of",
+        lambda victim: testbed.isolate(2),
+        lambda victim: testbed.heal(),
+        through_victim_too,
+    )
+    victim, recorder = scenario.victim, scenario.recorder
+    restored = time.monotonic()
+    first = wait_for(
+        lambda: recorder.send(victim, Kind.PUT, KEYS[0], b"after the cut"),
+        answered_ok,
+        deadline=BOUND,
+    )
+    after = time.monotonic() - restored
+    then = [
+        recorder.send(victim, kind, key, b"v" if kind is Kind.PUT else None)
+        for key in KEYS[:4]
+        for kind in (Kind.PUT, Kind.GET)
+    ]
+    scenario.finish()
+    assert answered_ok(first), (
+        f"{describe(first)} {after:.1f} s after the links were restored; expected a 2xx "
+        f"within {BOUND:.0f} s"
+    )
+    verdict(first_failure(then, answered_ok, "a 2xx, or 404 for an absent key"))
