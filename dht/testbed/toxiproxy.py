@@ -240,9 +240,10 @@ class ToxiproxyServer:
         within `timeout`. Toxiproxy's control port can hang while it removes a latency
         toxic under traffic (Shopify/toxiproxy#558: /reset answers 503 after 25 s, or
         not at all, and the fault stays), even with the proxy disabled first; deleting
-        the proxy does not hang. So a proxy with toxics is deleted and made anew (the
-        connections through it are dropped, as a restart would drop every one), then
-        /reset enables the rest; it is asked with a deadline, again while there is time
+        the proxy does not hang. So a proxy with a latency toxic is deleted and made
+        anew (the connections through it are dropped, as a restart would drop every
+        one), then /reset removes the other toxics, keeping their connections, and
+        enables every proxy; it is asked with a deadline, again while there is time
         left."""
         deadline = time.monotonic() + timeout
         try:
@@ -268,7 +269,7 @@ class ToxiproxyServer:
         listing = requests.get(f"{self.api_url}/proxies", timeout=_CALL_TIMEOUT)
         listing.raise_for_status()
         for name, proxy in listing.json().items():
-            if proxy["toxics"]:
+            if any(toxic["type"] == "latency" for toxic in proxy["toxics"]):
                 gone = requests.delete(f"{self.api_url}/proxies/{name}", timeout=_CALL_TIMEOUT)
                 gone.raise_for_status()
                 self.create(name, proxy["listen"], proxy["upstream"])
