@@ -123,12 +123,20 @@ class Coordinator:
         expiry travels in the record. Every record carries the F it was written with."""
         expires_at = self._clock.wall_ms() + ttl_ms if ttl_ms else 0
         copies = self._copies(replicas)
-        record = Record.live(self._clock.now(), value, expires_at, copies)
+        try:
+            version = self._clock.now()
+        except DiskFull:  # the clock could not save its ceiling (SPEC 8.7): no version
+            return Outcome(Status.INSUFFICIENT_STORAGE)
+        record = Record.live(version, value, expires_at, copies)
         with self._running_in(self._membership.state.epoch):
             return await self._write(key, record, replicas, Status.STORED, settled)
 
     async def delete(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
-        record = Record.deleted(self._clock.now(), self._copies(replicas))
+        try:
+            version = self._clock.now()
+        except DiskFull:
+            return Outcome(Status.INSUFFICIENT_STORAGE)
+        record = Record.deleted(version, self._copies(replicas))
         with self._running_in(self._membership.state.epoch):
             return await self._write(key, record, replicas, Status.DELETED)
 

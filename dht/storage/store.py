@@ -174,8 +174,8 @@ class Storage:
     def save_clock_ceiling(self, ceiling: int) -> None:
         """Synced, whatever --sync-writes says: a version past the ceiling is used only
         after this returns. Not held to the disk reserve: it is 8 bytes, and refusing it
-        would refuse every write."""
-        self._db.put(CLOCK_CEILING, ceiling.to_bytes(8, "big"), sync=True)
+        would refuse every write. Raises DiskFull when the volume has not a byte left."""
+        put_or_disk_full(self._db, CLOCK_CEILING, ceiling.to_bytes(8, "big"), sync=True)
 
     def get(self, key: bytes) -> Record | None:
         data = self._records.get(key)

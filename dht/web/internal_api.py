@@ -81,12 +81,11 @@ class InternalApi:
     def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
         try:
             self._clock.observe(record.version)
+            stored = self._storage.write(key, record)
         except VersionAhead as exc:
             self._refusals.warning("version-ahead", "refused a replica write of %r: %s", key, exc)
             raise ReplicaRefusal(Why.VERSION_AHEAD, str(exc)) from None
-        try:
-            stored = self._storage.write(key, record)
-        except DiskFull as exc:
+        except DiskFull as exc:  # the record's bytes, or the clock's ceiling (SPEC 8.7)
             raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
         on_stored = self.on_stored
         if isinstance(stored, bool):
