@@ -18,12 +18,15 @@ sent to it (SIGKILL, SIGSTOP) reaches the program.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _READY_DEADLINE = 5.0
@@ -136,5 +139,6 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]], deadline: float
         try:
             process.wait(timeout=max(0.05, until - time.monotonic()))
         except subprocess.TimeoutExpired:
+            log.warning("pid %d ignored SIGTERM for %.0f s; killing it", process.pid, deadline)
             process.kill()
             process.wait()

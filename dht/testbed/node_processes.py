@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from dht.config import node_settings
+from dht.testbed.namespaces import stop_processes
 
 # The one logger of `python -m dht cluster`, whichever module of it speaks.
 log = logging.getLogger("dht.testbed.cluster")
@@ -78,17 +78,7 @@ def wait_until_serving(url: str, process: subprocess.Popen[bytes], deadline: flo
 
 
 def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_DEADLINE
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("node pid %d ignored SIGTERM; killing it", process.pid)
-            process.kill()
-            process.wait()
+    stop_processes(processes, STOP_DEADLINE)
 
 
 def dashboard_command(
