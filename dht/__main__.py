@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_membership(args)
     if args.action is None and args.url is not None:  # argparse's choices stop this
         parser.error(f"unexpected URL {args.url}")
-    if args.action == "remove" and args.url is None:
-        parser.error("cluster remove needs the URL of the node to remove")
+    if args.action in ("remove", "restart") and args.url is None:
+        parser.error(f"cluster {args.action} needs the URL of the node to {args.action}")
     if args.action == "add" and args.url is not None:
         parser.error("cluster add takes no URL: it chooses the new node's port itself")
     if args.action is not None:

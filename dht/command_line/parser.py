@@ -56,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster = commands.add_parser(
         "cluster",
-        help="run a local cluster of N nodes, or add a node to or remove one from it",
+        help="run a local cluster of N nodes, or add, remove or restart one of its nodes",
         usage="%(prog)s [flags]\n       %(prog)s add [--data-dir DATA_DIR]\n"
-        "       %(prog)s remove URL [--data-dir DATA_DIR]",
+        "       %(prog)s remove URL [--data-dir DATA_DIR]\n"
+        "       %(prog)s restart URL [--data-dir DATA_DIR]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start N node processes on consecutive ports, wait until all answer, "
         "print their URLs,\nand stop them all on Ctrl-C or SIGTERM.\n\n"
@@ -81,16 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "action",
         nargs="?",
-        choices=["add", "remove"],
-        help="change the membership of the cluster running on --data-dir (default: "
-        "start a cluster)",
+        choices=["add", "remove", "restart"],
+        help="change the membership of the cluster running on --data-dir, or restart one "
+        "of its nodes on its data (default: start a cluster)",
     )
     cluster.add_argument(
         "url",
         nargs="?",
         type=node_url,
         metavar="URL",
-        help="with remove: the node to remove, http://host:port as the cluster printed it",
+        help="with remove or restart: the node, http://host:port as the cluster printed it",
     )
     cluster.add_argument(
         "--nodes", type=positive_int, default=3, help="number of nodes (default %(default)s)"

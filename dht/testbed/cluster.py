@@ -71,14 +71,16 @@ def run_cluster(args: argparse.Namespace) -> int:
             ports = [args.base_port + index for index in range(len(urls))]
             links = start_links(urls, ports, args.data_dir, args.dashboard_port, args.netns)
             cluster.toxiproxy = links.api_url
+        if links is not None:
+            in_links = links
+            cluster.launch = lambda url, command: in_links.start_node(
+                urls.index(url), command, environment
+            )
         processes = []
         for index in range(len(urls)):
             data_dir = args.data_dir / f"node-{index + 1}"
             command = node_command(args.base_port + index, data_dir, urls, args.host, extra)
-            if links is not None:
-                process = links.start_node(index, command, environment)
-            else:
-                process = subprocess.Popen(command, env=environment)
+            process = cluster.launch(urls[index], command)
             cluster.supervise(urls[index], process, data_dir)
             processes.append(process)
         deadline = time.monotonic() + START_DEADLINE
@@ -103,17 +105,25 @@ def run_cluster(args: argparse.Namespace) -> int:
             print(f"dashboard: http://{args.host}:{args.dashboard_port}/")
         print("Ctrl-C stops every node.", flush=True)
         while True:
-            if (exited := cluster.exited()) is not None:
+            cluster.start_waiting()
+            while (exited := cluster.exited()) is not None:
                 url, code = exited
-                log.error("node %s exited with code %d; stopping the cluster", url, code)
-                return 1
+                log.error(
+                    "node %s exited with code %d%s; the other nodes serve on. "
+                    "`python -m dht cluster restart %s --data-dir %s` starts it again on its data",
+                    url,
+                    code,
+                    f" ({signal.Signals(-code).name})" if code < 0 else "",
+                    url,
+                    args.data_dir,
+                )
             if dashboard is not None and dashboard.poll() is not None:
                 log.error(
                     "the dashboard exited with code %d; the cluster runs on without it",
                     dashboard.returncode,
                 )
                 dashboard = None
-            time.sleep(0.5)
+            time.sleep(0.2)
     except KeyboardInterrupt:
         log.info("stopping the cluster")
         return 0

@@ -1,8 +1,8 @@
-"""The control of a running `python -m dht cluster`: `cluster add` and `cluster remove URL`
-ask it over HTTP on 127.0.0.1, at the port and with the token the running command wrote
-in `<data-dir>/cluster.json`. The server, in threads of its own, hands each request to the
-cluster and streams back the lines of the change as they come; `run_cluster_action` is
-the command that asks and prints them.
+"""The control of a running `python -m dht cluster`: `cluster add`, `cluster remove URL`
+and `cluster restart URL` ask it over HTTP on 127.0.0.1, at the port and with the token
+the running command wrote in `<data-dir>/cluster.json`. The server, in threads of its
+own, hands each request to the cluster and streams back the lines of the change as they
+come; `run_cluster_action` is the command that asks and prints them.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class MembershipChanges(Protocol):
 
     def remove(self, url: str, say: Callable[[str], None]) -> None: ...
 
+    def restart(self, url: str, say: Callable[[str], None]) -> None: ...
+
 
 class ControlServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -51,7 +53,7 @@ class ControlServer(ThreadingHTTPServer):
 
 
 class _ControlHandler(BaseHTTPRequestHandler):
-    """POST /add and POST /remove ({"url": ...}) with the token of cluster.json. Answers
+    """POST /add, and /remove or /restart ({"url": ...}), with the token of cluster.json. Answers
     4xx with one `error:` line for a request refused at once, else 200 and the lines of
     the change as they come, then `ok` or one `error:` line (HTTP/1.0: the end of the
     body is the end of the connection)."""
@@ -74,8 +76,10 @@ class _ControlHandler(BaseHTTPRequestHandler):
             work: Callable[[Callable[[str], None]], None] = cluster.add
         elif self.path == "/remove" and isinstance(url, str):
             work = lambda say: cluster.remove(url, say)  # noqa: E731
+        elif self.path == "/restart" and isinstance(url, str):
+            work = lambda say: cluster.restart(url, say)  # noqa: E731
         else:
-            self._answer(404, "error: POST /add, or /remove with a url")
+            self._answer(404, "error: POST /add, or /remove or /restart with a url")
             return
         self.started = False
         self.gone = False

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +43,9 @@ class Change:
 
 class LocalCluster:
     """The nodes of a running `cluster` and their processes, shared by the main loop,
-    which stops the cluster when one exits, and the control server's threads, which add
-    and remove nodes; `lock` guards every field the two share."""
+    which logs a node that exits and starts the processes restarts ask for, and the
+    control server's threads, which add, remove and restart nodes; `lock` guards every
+    field the two share."""
 
     def __init__(
         self,
@@ -69,6 +71,17 @@ class LocalCluster:
         # the others, but their exit is no failure of the cluster.
         self.unwatched: dict[str, subprocess.Popen[bytes]] = {}
         self.data_dirs: dict[str, Path] = {}
+        # Members whose process exited while the cluster runs, with the exit code: the
+        # others serve on, and `restart` starts them again on their data.
+        self.down: dict[str, int] = {}
+        # How a member's process is started (set by the command: with --chaos, in its
+        # links), and the restarts waiting for the main thread to start them: a process
+        # in a network namespace dies with the thread that started it, and the control
+        # server's threads end with each request.
+        self.launch: Callable[[str, list[str]], subprocess.Popen[bytes]] = lambda url, command: (
+            subprocess.Popen(command, env=self.environment)
+        )
+        self.to_start: list[tuple[str, list[str], Future[subprocess.Popen[bytes]]]] = []
         self.highest_port = 0  # of any node this run started: a port is never used twice
         self.highest_index = 0  # N of the node-N folders
         self.closing = False
@@ -89,13 +102,62 @@ class LocalCluster:
             self.highest_index += 1
 
     def exited(self) -> tuple[str, int] | None:
-        """A watched node that has exited, and its exit code."""
+        """A watched node that has exited since the last call, and its exit code; it is
+        down from then until `restart`."""
         with self.lock:
             for url, process in self.processes.items():
                 code = process.poll()
-                if code is not None:
+                if code is not None and url not in self.down:
+                    self.down[url] = code
                     return url, code
         return None
+
+    def start_waiting(self) -> None:
+        """Starts, from the calling (main) thread, the processes restarts wait for."""
+        with self.lock:
+            waiting, self.to_start = self.to_start, []
+        for url, command, started in waiting:
+            try:
+                started.set_result(self.launch(url, command))
+            except OSError as exc:
+                started.set_exception(exc)
+
+    def restart(self, url: str, say: Callable[[str], None]) -> None:
+        """Starts member `url` again on its data folder, stopping it first if it runs,
+        and waits until it serves. Never on its own: a node that keeps dying is restarted
+        only when asked."""
+        with self.lock:
+            if url not in self.processes:
+                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
+            if self.closing:
+                raise ActionFailed("the cluster is stopping")
+            old = self.processes[url]
+            command = node_command(
+                url_port(url), self.data_dirs[url], list(self.urls), self.host, self.extra
+            )
+            started: Future[subprocess.Popen[bytes]] = Future()
+            if old.poll() is None:
+                self.down[url] = 0  # stopping it is no failure of the cluster
+        if old.poll() is None:
+            say(f"stopping {url}")
+            stop_all([old])
+        with self.lock:
+            self.to_start.append((url, command, started))
+        process = started.result(timeout=START_DEADLINE)
+        with self.lock:
+            self.unwatched[url] = process
+        say(f"started {url} again on {self.data_dirs[url]}")
+        try:
+            wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
+        except RuntimeError as exc:
+            raise ActionFailed(str(exc)) from None
+        finally:
+            with self.lock:
+                self.unwatched.pop(url, None)
+                self.processes[url] = process
+                if process.poll() is None:
+                    self.down.pop(url, None)  # watched again: its next exit is told
+        say(f"{url} serves again")
 
     # -- the control server and cluster.json ---------------------------------------------
 

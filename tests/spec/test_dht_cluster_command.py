@@ -107,3 +107,77 @@ def consecutive_free_ports(count: int) -> list[int]:
                 continue
         return list(range(base, base + count))
     raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def child_pid(parent: int, port: int) -> int:
+    """The pid of the node process `parent` started on `port`."""
+    listing = subprocess.run(
+        ["ps", "--ppid", str(parent), "-o", "pid=,args="], capture_output=True, text=True
+    ).stdout
+    for line in listing.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if f"--port {port} " in f"{args} ":
+            return int(pid)
+    raise AssertionError(f"no node on port {port} among the children of {parent}:\n{listing}")
+
+
+@rule("6.8")
+def test_a_node_killed_under_cluster_leaves_the_others_serving_and_restarts_on_its_data(
+    tmp_path: Path,
+) -> None:
+    ports = consecutive_free_ports(3)
+    data = tmp_path / "data"
+    command = [sys.executable, "-m", "dht", "cluster", "--nodes", "3", "--dashboard-port", "0"]
+    command += ["--base-port", str(ports[0]), "--data-dir", str(data)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    urls = [f"http://{HOST}:{port}" for port in ports]
+    started: list[bytes] = []
+    try:
+        assert process.stdout is not None
+        # Up once it says so: a node killed while the command still waits for the
+        # nodes to start is a failed start, not a node that died.
+        for line in process.stdout:
+            started.append(line)
+            if b"Ctrl-C stops every node." in line:
+                break
+        assert process.poll() is None, b"".join(started).decode(errors="replace")
+        assert request("PUT", f"{urls[0]}/v0/entity?id=before", b"1").status == 201
+        os.kill(child_pid(process.pid, ports[2]), signal.SIGKILL)
+        wait_for(lambda: _status(urls[2]), lambda status: status == 0, deadline=5.0)
+        time.sleep(1.0)  # the cluster's watch loop has seen the exit
+        assert process.poll() is None, "the cluster stopped when one node died"
+        assert request("PUT", f"{urls[0]}/v0/entity?id=during", b"2").status == 201
+        assert request("GET", f"{urls[1]}/v0/entity?id=during").body == b"2"
+
+        restart = subprocess.run(
+            [sys.executable, "-m", "dht", "cluster", "restart", urls[2], "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert restart.returncode == 0, restart.stdout + restart.stderr
+        assert f"{urls[2]} serves again" in restart.stdout
+        # 3/3 needs it: it answers again, and the write it missed reaches it.
+        for key, value in (("before", b"1"), ("during", b"2")):
+            answer = request("GET", f"{urls[2]}/v0/entity?id={key}&replicas=3/3")
+            assert answer.status == 200 and answer.body == value, answer
+        assert (data / "node-3").is_dir() and not (data / "node-4").exists()
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    text = (b"".join(started) + output).decode(errors="replace")
+    assert process.returncode == 0, text
+    assert f"node {urls[2]} exited with code -9 (SIGKILL); the other nodes serve on" in text, text
+
+
+def _status(url: str) -> int:
+    try:
+        return request("GET", url + "/v0/status", timeout=1.0).status
+    except OSError:
+        return 0
