@@ -27,6 +27,7 @@ from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
+from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
@@ -284,7 +285,10 @@ class Node:
             await self.handoff.close()
             await self._stop_repair_loops()
             await self.peers.close()
-            self.storage.save_clock_ceiling(self.clock.last)  # a clean stop: no lead
+            try:
+                self.storage.save_clock_ceiling(self.clock.last)  # a clean stop: no lead
+            except DiskFull as exc:  # the ceiling saved last is higher, and still holds
+                log.warning("kept the clock's saved ceiling: %s", exc)
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)
             log.info("stopped")

@@ -126,6 +126,8 @@ class Coordinator:
         try:
             version = self._clock.now()
         except DiskFull:  # the clock could not save its ceiling (SPEC 8.7): no version
+            if settled is not None:
+                settled()  # nothing was sent: the value is held by no replica call
             return Outcome(Status.INSUFFICIENT_STORAGE)
         record = Record.live(version, value, expires_at, copies)
         with self._running_in(self._membership.state.epoch):
@@ -232,14 +234,18 @@ class Coordinator:
         tally.succeeded(self._self_url, value)
 
     def _accept_remote(self, url: str, record: Record | None) -> None:
-        """A replica's answer moves the clock, unless its version is too far ahead: then
-        the answer counts as that replica's failure."""
+        """A replica's answer moves the clock, unless its version is too far ahead or
+        the clock cannot save its ceiling (a full volume): then the answer counts as that
+        replica's failure (and is not repaired onto this node past the ceiling)."""
         if record is not None:
             try:
                 self._clock.observe(record.version)
             except VersionAhead as exc:
                 self._refusals.warning("version-ahead", "ignored %s's answer: %s", url, exc)
                 raise PeerError(f"{url}: {exc}") from None
+            except DiskFull as exc:  # the ceiling (SPEC 8.7) not saved: the clock did not move
+                self._refusals.warning("disk-full", "ignored %s's answer: %s", url, exc)
+                raise PeerError(f"{url}: this node could not take its version: {exc}") from None
 
     async def _write(
         self,
