@@ -113,19 +113,38 @@ class LocalCluster:
         return None
 
     def start_waiting(self) -> None:
-        """Starts, from the calling (main) thread, the processes restarts wait for."""
+        """Starts, from the calling (main) thread, the processes restarts wait for. Each
+        is unwatched from the moment it is started, so that `close()` stops it even if
+        the restart's thread has not taken it in yet."""
         with self.lock:
             waiting, self.to_start = self.to_start, []
         for url, command, started in waiting:
+            if self.closing:
+                started.set_exception(ActionFailed("the cluster is stopping"))
+                continue
             try:
-                started.set_result(self.launch(url, command))
+                process = self.launch(url, command)
             except OSError as exc:
                 started.set_exception(exc)
+                continue
+            with self.lock:
+                self.unwatched[url] = process
+            started.set_result(process)
 
     def restart(self, url: str, say: Callable[[str], None]) -> None:
         """Starts member `url` again on its data folder, stopping it first if it runs,
         and waits until it serves. Never on its own: a node that keeps dying is restarted
-        only when asked."""
+        only when asked. One add, remove or restart at a time: two restarts of one node
+        would start two processes on its data folder, and a restart during the remove of
+        its node would bring the node back."""
+        if not self.changing.acquire(blocking=False):
+            raise ActionFailed(
+                "another add, remove or restart is under way on this cluster; wait for it"
+            )
+        with _Held(self.changing):
+            self._restart(url, say)
+
+    def _restart(self, url: str, say: Callable[[str], None]) -> None:
         with self.lock:
             if url not in self.processes:
                 raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
@@ -143,9 +162,7 @@ class LocalCluster:
             stop_all([old])
         with self.lock:
             self.to_start.append((url, command, started))
-        process = started.result(timeout=START_DEADLINE)
-        with self.lock:
-            self.unwatched[url] = process
+        process = started.result(timeout=START_DEADLINE)  # unwatched by the main thread
         say(f"started {url} again on {self.data_dirs[url]}")
         try:
             wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
@@ -259,7 +276,9 @@ class LocalCluster:
                 "made for the nodes it started with"
             )
         if not self.changing.acquire(blocking=False):
-            raise ActionFailed("another add or remove is under way on this cluster; wait for it")
+            raise ActionFailed(
+                "another add, remove or restart is under way on this cluster; wait for it"
+            )
         return _Held(self.changing)
 
     def _start_joining(self, urls: list[str], say: Callable[[str], None]) -> str:
