@@ -165,7 +165,10 @@ class Tally(Generic[T]):
             try:
                 if accept is not None:
                     accept(url, value)
-            except PeerError as refused:
+            except Exception as refused:
+                # Whatever stops this node taking an answer (a version too far ahead, a
+                # ceiling it cannot save, a bug) is that replica's failure: counted
+                # neither way, the request would never be answered.
                 error = refused
             else:
                 self.succeeded(url, value)

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dht.coordination.coordinator import Coordinator, Status
+from dht.coordination.tally import Counters, Tally
 from dht.model.clock import HybridClock, version_at
 from dht.model.record import Record
 from dht.storage.disk import DiskFull
@@ -91,3 +92,18 @@ async def test_a_read_answer_past_the_ceiling_on_a_full_volume_does_not_hang(
         assert not made._running, "the GET is still counted as running (drain waits)"
     finally:
         storage.close()
+
+
+async def test_any_error_taking_a_replica_answer_counts_as_its_failure() -> None:
+    """Not only the refusals the coordinator knows (PeerError): an answer the node cannot
+    take for any reason is that replica's failure, so the fan-out is still decided."""
+
+    def broken(url: str, value: object) -> None:
+        raise RuntimeError("a bug in taking the answer")
+
+    tally: Tally[object] = Tally([([PEER], 1)], Counters())
+    answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    tally.watch(PEER, answer, broken)
+    answer.set_result("value")
+    await asyncio.wait_for(tally.decision(), timeout=2.0)
+    assert tally.failures == 1 and not tally.answers and not tally.quorum_met
