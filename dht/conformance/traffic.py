@@ -21,6 +21,8 @@ from dht.conformance.launcher import Node, entity_url, request, wait_for
 from dht.history.operation import Kind, Op, Window
 from dht.testbed.toxiproxy import node_name
 
+# How long a client waits after an operation that got no answer before its next one.
+REFUSED_PAUSE = 0.05
 # How long a final read retries after the heal (a breaker may still be open).
 FINAL_READ_DEADLINE = 10.0
 
@@ -139,6 +141,10 @@ class Clients:
                 )
             else:
                 history.append(attempt(node, Kind.GET, key, None, self._timeout, None, name))
+            if history[-1].status is None:
+                # A dead node refuses at once: without a pause, a client would spin on
+                # it, thousands of failed operations a second that say nothing more.
+                self._stopping.wait(REFUSED_PAUSE)
 
 
 def final_read(node: Node, key: str) -> tuple[bytes | None, Window]:
