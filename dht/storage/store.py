@@ -102,7 +102,11 @@ def write_or_disk_full(
 def _disk_full_or(exc: Exception) -> Exception:
     reason = _reason(exc)
     if "No space" in reason or "ENOSPC" in reason:
-        return DiskFull(f"the volume is full: {reason}")
+        # LevelDB keeps a failed background write as its state: every later write fails
+        # the same way until the database is opened again, whatever space is freed.
+        return DiskFull(
+            f"LevelDB ran out of space ({reason}); its writes are refused until the node restarts"
+        )
     return exc
 
 
