@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 from dht.conformance.launcher import request, wait_for
 from dht.testbed.netns import netns_unavailable
+from tests.launcher import interrupt
 
 unavailable = netns_unavailable()
 
@@ -118,12 +118,7 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
         )
         assert written == 201
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            output, _ = process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise
+        output = interrupt(process)
     assert process.returncode == 0, output.decode(errors="replace")
     assert [pid for pid in started if alive(pid)] == []
     assert in_namespaces(namespaces) == []

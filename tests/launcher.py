@@ -1,8 +1,11 @@
 """What the repository's own tests add to the kit's launcher (dht/conformance/launcher.py):
-running a module of the repository, and a cluster behind Toxiproxy."""
+running a module of the repository, stopping a `cluster` command, and a cluster behind
+Toxiproxy."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +25,19 @@ def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedP
         text=True,
         timeout=timeout,
     )
+
+
+def interrupt(process: subprocess.Popen[bytes]) -> bytes:
+    """Ctrl-C (SIGINT) to a `python -m dht cluster` started in a session of its own, and
+    all it printed; past 20 s the command and every node it started are killed and the
+    test fails."""
+    process.send_signal(signal.SIGINT)
+    try:
+        output, _ = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return output
 
 
 def chaos_cluster(

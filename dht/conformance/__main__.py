@@ -17,14 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dht.conformance.faults import QUICK_ENV
-from dht.conformance.launcher import NODE_CWD_ENV
+from dht.conformance.launcher import NODE_CWD_ENV, status_code
 from dht.conformance.report import (
     FaultRun,
     RunFacts,
@@ -208,12 +206,9 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
         try:
             deadline = time.monotonic() + start_timeout
             while time.monotonic() < deadline and process.poll() is None:
-                try:
-                    with urllib.request.urlopen(f"{url}/v0/status", timeout=1.0) as answer:
-                        if answer.status == 200:
-                            return None
-                except (OSError, urllib.error.URLError):
-                    time.sleep(0.05)
+                if status_code(url) == 200:
+                    return None
+                time.sleep(0.05)
         finally:
             process.kill()
             output = process.communicate()[0].decode(errors="replace").strip()

@@ -160,6 +160,14 @@ def wait_for(probe: Callable[[], T], done: Callable[[T], bool], deadline: float 
         time.sleep(0.02)
 
 
+def status_code(base: str, timeout: float = 1.0) -> int | None:
+    """What `GET /v0/status` of the node at `base` answers, or None when nothing does."""
+    try:
+        return request("GET", base + "/v0/status", timeout=timeout).status
+    except OSError:
+        return None
+
+
 def entity_url(base: str, key: str, replicas: str | None = None) -> str:
     query = {"id": key}
     if replicas is not None:
@@ -278,11 +286,8 @@ class Node:
                     f"node {self.url} exited with code {self.process.returncode} before "
                     f"/v0/status answered 200; {self.last_log_line()}\n{self.log_tail()}"
                 )
-            try:
-                if request("GET", self.url + "/v0/status", timeout=1.0).status == 200:
-                    return time.monotonic() - started
-            except OSError:
-                pass
+            if status_code(self.url) == 200:
+                return time.monotonic() - started
             time.sleep(0.02)
         raise RuntimeError(
             f"node {self.url}: /v0/status did not answer 200 within {deadline} s of the "

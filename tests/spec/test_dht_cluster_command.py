@@ -22,12 +22,14 @@ from dht.conformance.launcher import (
     peer_hello,
     replica_call,
     request,
+    status_code,
     wait_for,
 )
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import PutRecord, Refused
+from tests.launcher import interrupt
 
 pytestmark = pytest.mark.dht
 
@@ -56,7 +58,9 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
             for port, url in zip(ports, urls, strict=True)
         ]
         for node in nodes:  # every node, not just one: they start side by side
-            wait_for(lambda node=node: _answers(node), lambda status: status == 200, deadline=20.0)
+            wait_for(
+                lambda node=node: status_code(node.url), lambda status: status == 200, deadline=20.0
+            )
         assert request("PUT", f"{urls[0]}/v0/entity?id=k", b"v").status == 201
         assert request("GET", f"{urls[1]}/v0/entity?id=k").body == b"v"
 
@@ -71,12 +75,7 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
         assert request("GET", f"{urls[1]}/internal/v0/records?start=a").status == 403
         assert request("GET", f"{urls[2]}/v0/entity?id=k&replicas=3/3").body == b"v"
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            output, _ = process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the command and every node it started
-            raise
+        output = interrupt(process)
     text = output.decode(errors="replace")
     assert process.returncode == 0, text
     assert "no --secret" not in text  # the nodes got the generated one
@@ -84,14 +83,6 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
 
 def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _answers(node: Node) -> int:
-    try:
-        return request("GET", node.url + "/v0/status", timeout=1.0).status
-    except OSError:
-        time.sleep(0.1)
-        return 0
 
 
 def consecutive_free_ports(count: int) -> list[int]:
@@ -145,7 +136,7 @@ def test_a_node_killed_under_cluster_leaves_the_others_serving_and_restarts_on_i
         assert process.poll() is None, b"".join(started).decode(errors="replace")
         assert request("PUT", f"{urls[0]}/v0/entity?id=before", b"1").status == 201
         os.kill(child_pid(process.pid, ports[2]), signal.SIGKILL)
-        wait_for(lambda: _status(urls[2]), lambda status: status == 0, deadline=5.0)
+        wait_for(lambda: status_code(urls[2]), lambda status: status is None, deadline=5.0)
         time.sleep(1.0)  # the cluster's watch loop has seen the exit
         assert process.poll() is None, "the cluster stopped when one node died"
         assert request("PUT", f"{urls[0]}/v0/entity?id=during", b"2").status == 201
@@ -165,19 +156,7 @@ def test_a_node_killed_under_cluster_leaves_the_others_serving_and_restarts_on_i
             assert answer.status == 200 and answer.body == value, answer
         assert (data / "node-3").is_dir() and not (data / "node-4").exists()
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            output, _ = process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise
+        output = interrupt(process)
     text = (b"".join(started) + output).decode(errors="replace")
     assert process.returncode == 0, text
     assert f"node {urls[2]} exited with code -9 (SIGKILL); the other nodes serve on" in text, text
-
-
-def _status(url: str) -> int:
-    try:
-        return request("GET", url + "/v0/status", timeout=1.0).status
-    except OSError:
-        return 0

@@ -23,7 +23,7 @@ from dht.conformance.faults import (
     seconds,
 )
 from dht.conformance.fixtures import ClusterFactory, LinkedClusterFactory
-from dht.conformance.launcher import Cluster, Node, request, wait_for
+from dht.conformance.launcher import Cluster, Node, status_code, wait_for
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.operation import Kind, Op
@@ -131,7 +131,9 @@ def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_res
     scenario = one_node_down(start_cluster(3), "faults-pause", "SIGSTOP", Node.pause, Node.resume)
     victim, recorder = scenario.victim, scenario.recorder
     resumed = time.monotonic()
-    status = wait_for(lambda: _status(victim), lambda answer: answer == 200, deadline=BOUND + 1.0)
+    status = wait_for(
+        lambda: status_code(victim.url), lambda answer: answer == 200, deadline=BOUND + 1.0
+    )
     status_after = time.monotonic() - resumed
     through_victim = [
         recorder.send(
@@ -146,13 +148,6 @@ def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_res
         f"after SIGCONT; expected 200 within {BOUND:.0f} s"
     )
     verdict(first_failure(through_victim, answered_ok, "a 2xx, or 404 for an absent key"))
-
-
-def _status(node: Node) -> int | None:
-    try:
-        return request("GET", node.url + "/v0/status", timeout=1.0).status
-    except OSError:
-        return None
 
 
 @rule("14.3")
