@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from dht.command_line.node_flags import node_config
 from dht.command_line.parser import build_parser
@@ -60,17 +61,35 @@ def main(argv: list[str] | None = None) -> int:
         if len(set(args.nodes)) != len(args.nodes):
             parser.error("--node lists a node twice")
         from dht.testbed.cockpit import CockpitConfig, run_cockpit
+        from dht.testbed.cockpit_faults import ControlAccess
 
+        control = None
+        if args.cluster_dir is not None:
+            try:
+                control = ControlAccess.of_cluster(args.cluster_dir)
+            except ValueError as exc:
+                parser.error(f"--cluster-dir: {exc}")
+        runs = args.runs_dir or (
+            args.cluster_dir / "runs"
+            if args.cluster_dir is not None
+            else Path.cwd() / "artifacts" / "cockpit-runs"
+        )
         return run_cockpit(
             CockpitConfig(
-                nodes=tuple(args.nodes), toxiproxy=args.toxiproxy, host=args.host, port=args.port
+                nodes=tuple(args.nodes),
+                toxiproxy=args.toxiproxy,
+                host=args.host,
+                port=args.port,
+                control=control,
+                probe_rate=args.probe_rate,
+                runs=runs.resolve(),
             )
         )
     if args.command == "membership":
         return run_membership(args)
     if args.action is None and args.url is not None:  # argparse's choices stop this
         parser.error(f"unexpected URL {args.url}")
-    if args.action in ("remove", "restart") and args.url is None:
+    if args.action not in (None, "add") and args.url is None:
         parser.error(f"cluster {args.action} needs the URL of the node to {args.action}")
     if args.action == "add" and args.url is not None:
         parser.error("cluster add takes no URL: it chooses the new node's port itself")

@@ -39,6 +39,29 @@ def node_url_list(text: str) -> list[str]:
     return urls
 
 
+def rate_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000, not {text}")
+    return value
+
+
+def add_probe_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--probe-rate",
+        type=rate_or_zero,
+        default=5.0,
+        metavar="PER_SECOND",
+        help="the cockpit's own light load, in requests a second over all nodes, on keys "
+        "cockpit-probe-00 to -15: the page shows its rate, errors and p99 for nodes "
+        "without /metrics, and a recorded experiment is its history; 0 turns it off "
+        "(default %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m dht",
@@ -56,10 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster = commands.add_parser(
         "cluster",
-        help="run a local cluster of N nodes, or add, remove or restart one of its nodes",
+        help="run a local cluster of N nodes, or add, remove, restart or fault one of its nodes",
         usage="%(prog)s [flags]\n       %(prog)s add [--data-dir DATA_DIR]\n"
-        "       %(prog)s remove URL [--data-dir DATA_DIR]\n"
-        "       %(prog)s restart URL [--data-dir DATA_DIR]",
+        "       %(prog)s {remove,restart,kill,pause,resume,wipe} URL [--data-dir DATA_DIR]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start N node processes on consecutive ports, wait until all answer, "
         "print their URLs,\nand stop them all on Ctrl-C or SIGTERM.\n\n"
@@ -77,21 +99,30 @@ def build_parser() -> argparse.ArgumentParser:
         "stable), print\neach step as it is taken, and exit 0 once the cluster is "
         "stable on the new list,\n1 with one `error:` line otherwise. They find the "
         "running cluster through\nDATA_DIR/cluster.json, so give the --data-dir the "
-        "cluster was started with; every\nother flag is the running cluster's.",
+        "cluster was started with; every\nother flag is the running cluster's.\n\n"
+        "And faults and restarts of one node's process (the cockpit's buttons; any "
+        "cluster):\n"
+        "  restart URL  stop it if it runs and start it again on its data folder\n"
+        "  kill URL     kill -9: down until `restart` (the cluster does not restart a "
+        "node on its own)\n"
+        "  pause URL    SIGSTOP: it answers nothing and holds its connections, until "
+        "`resume URL`\n"
+        "  wipe URL     kill -9, delete its data folder and start it again empty (a "
+        "lost disk)",
     )
     cluster.add_argument(
         "action",
         nargs="?",
-        choices=["add", "remove", "restart"],
-        help="change the membership of the cluster running on --data-dir, or restart one "
-        "of its nodes on its data (default: start a cluster)",
+        choices=["add", "remove", "restart", "kill", "pause", "resume", "wipe"],
+        help="change the membership of the cluster running on --data-dir, or restart or "
+        "fault one of its nodes (default: start a cluster)",
     )
     cluster.add_argument(
         "url",
         nargs="?",
         type=node_url,
         metavar="URL",
-        help="with remove or restart: the node, http://host:port as the cluster printed it",
+        help="with any action but add: the node, http://host:port as the cluster printed it",
     )
     cluster.add_argument(
         "--nodes", type=positive_int, default=3, help="number of nodes (default %(default)s)"
@@ -133,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         "breakers, hints, request and error rates, p99 latency, and with --chaos buttons "
         "to cut, slow and heal links), on --host; 0 turns it off (default %(default)s)",
     )
+    add_probe_flag(cluster)
     add_node_flags(cluster, "shared")
 
     membership = commands.add_parser(
@@ -225,6 +257,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the chaos test bed's Toxiproxy API, http://host:port, whose proxies are "
         "named node1-to-node2 and so on (default: none, no link controls)",
+    )
+    cockpit.add_argument(
+        "--cluster-dir",
+        type=Path,
+        metavar="DATA_DIR",
+        help="the --data-dir of a running `python -m dht cluster` whose nodes these are: "
+        "the page gets buttons to kill, pause, resume, restart and wipe each node "
+        "(`cluster` passes it; default: none)",
+    )
+    add_probe_flag(cockpit)
+    cockpit.add_argument(
+        "--runs-dir",
+        type=Path,
+        metavar="DIR",
+        help="where recorded experiments go, one run folder each (default: "
+        "CLUSTER_DIR/runs, else ./artifacts/cockpit-runs)",
     )
     cockpit.add_argument(
         "--log-level",

@@ -60,12 +60,13 @@ def runs_root() -> Path:
     return Path(configured) if configured else Path.cwd() / "artifacts" / "chaos-runs"
 
 
-def new_run_dir(scenario: str) -> Path:
-    """Creates and returns a fresh folder for one run of `scenario`, named after it, the
-    UTC time and this process (`flapping-20250101-120000-4242`); a second run of the same
-    scenario within the same second gets a `-2`, `-3`, ... suffix instead of sharing."""
+def new_run_dir(scenario: str, root: Path | None = None) -> Path:
+    """Creates and returns a fresh folder for one run of `scenario` in `root` (by default
+    `runs_root()`), named after it, the UTC time and this process
+    (`flapping-20250101-120000-4242`); a second run of the same scenario within the same
+    second gets a `-2`, `-3`, ... suffix instead of sharing."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    base = runs_root() / f"{scenario}-{stamp}-{os.getpid()}"
+    base = (root or runs_root()) / f"{scenario}-{stamp}-{os.getpid()}"
     base.parent.mkdir(parents=True, exist_ok=True)
     candidate, number = base, 1
     while True:

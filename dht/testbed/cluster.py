@@ -86,9 +86,11 @@ def run_cluster(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + START_DEADLINE
         for url, process in zip(urls, processes, strict=True):
             wait_until_serving(url, process, deadline)
+        cluster.serve_control()  # first: the dashboard asks it for process faults
         if args.dashboard_port:
-            dashboard = start_dashboard(args, urls, links.api_url if links else None)
-        cluster.serve_control()
+            dashboard = start_dashboard(
+                args, urls, links.api_url if links else None, cluster.control is not None
+            )
         print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
         for url in urls:
             print(f"  {url}")

@@ -1,8 +1,10 @@
 """The control of a running `python -m dht cluster`: `cluster add`, `cluster remove URL`
 and `cluster restart URL` ask it over HTTP on 127.0.0.1, at the port and with the token
-the running command wrote in `<data-dir>/cluster.json`. The server, in threads of its
-own, hands each request to the cluster and streams back the lines of the change as they
-come; `run_cluster_action` is the command that asks and prints them.
+the running command wrote in `<data-dir>/cluster.json`, and so does the cockpit for its
+process faults (kill -9, pause, resume, restart) and the state of each node's process.
+The server, in threads of its own, hands each request to the cluster and streams back the
+lines of the change as they come; `run_cluster_action` is the command that asks and
+prints them.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class ActionFailed(Exception):
     """An add or remove that cannot be done, or did not finish; the message says why."""
 
 
-class MembershipChanges(Protocol):
-    """What the control server serves: adds and removes, allowed with `token`."""
+class ControlledCluster(Protocol):
+    """What the control server serves, to whoever has `token`: membership changes, and
+    faults and restarts of one node's process."""
 
     token: str
 
@@ -43,22 +46,50 @@ class MembershipChanges(Protocol):
 
     def restart(self, url: str, say: Callable[[str], None]) -> None: ...
 
+    def kill(self, url: str, say: Callable[[str], None]) -> None: ...
+
+    def pause(self, url: str, say: Callable[[str], None]) -> None: ...
+
+    def resume(self, url: str, say: Callable[[str], None]) -> None: ...
+
+    def wipe(self, url: str, say: Callable[[str], None]) -> None: ...
+
+    def node_states(self) -> list[dict[str, object]]: ...
+
+
+# The actions on one node (POST /ACTION with {"url": ...}).
+NODE_ACTIONS = ("remove", "restart", "kill", "pause", "resume", "wipe")
+
 
 class ControlServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, cluster: MembershipChanges) -> None:
+    def __init__(self, cluster: ControlledCluster) -> None:
         super().__init__(("127.0.0.1", 0), _ControlHandler)
         self.cluster = cluster
 
 
 class _ControlHandler(BaseHTTPRequestHandler):
-    """POST /add, and /remove or /restart ({"url": ...}), with the token of cluster.json. Answers
-    4xx with one `error:` line for a request refused at once, else 200 and the lines of
-    the change as they come, then `ok` or one `error:` line (HTTP/1.0: the end of the
-    body is the end of the connection)."""
+    """POST /add, and /ACTION ({"url": ...}) for each of NODE_ACTIONS, with the token of
+    cluster.json. Answers 4xx with one `error:` line for a request refused at once, else
+    200 and the lines of the change as they come, then `ok` or one `error:` line
+    (HTTP/1.0: the end of the body is the end of the connection). GET /nodes answers the
+    state of each node's process as JSON."""
 
     server: ControlServer
+
+    def do_GET(self) -> None:
+        if self.headers.get(TOKEN_HEADER) != self.server.cluster.token:
+            self._answer(403, "error: wrong or missing cluster token")
+        elif self.path != "/nodes":
+            self._answer(404, "error: GET /nodes")
+        else:
+            body = json.dumps({"nodes": self.server.cluster.node_states()}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
     def do_POST(self) -> None:
         cluster = self.server.cluster
@@ -72,25 +103,25 @@ class _ControlHandler(BaseHTTPRequestHandler):
         except (ValueError, AttributeError):
             self._answer(400, "error: the body must be a JSON object")
             return
-        if self.path == "/add":
+        action = self.path.strip("/")
+        if action == "add":
             work: Callable[[Callable[[str], None]], None] = cluster.add
-        elif self.path == "/remove" and isinstance(url, str):
-            work = lambda say: cluster.remove(url, say)  # noqa: E731
-        elif self.path == "/restart" and isinstance(url, str):
-            work = lambda say: cluster.restart(url, say)  # noqa: E731
+        elif action in NODE_ACTIONS and isinstance(url, str):
+            node_action = getattr(cluster, action)
+            work = lambda say: node_action(url, say)  # noqa: E731
         else:
-            self._answer(404, "error: POST /add, or /remove or /restart with a url")
+            self._answer(404, f"error: POST /add, or one of /{', /'.join(NODE_ACTIONS)} with a url")
             return
         self.started = False
         self.gone = False
         try:
             work(self._say)
         except ActionFailed as exc:
-            log.error("cluster %s: %s", self.path.strip("/"), exc)
+            log.error("cluster %s: %s", action, exc)
             self._end(f"error: {exc}", 409)
             return
         except Exception as exc:  # a bug: say so rather than drop the connection
-            log.exception("cluster %s failed", self.path.strip("/"))
+            log.exception("cluster %s failed", action)
             self._end(f"error: unexpected {type(exc).__name__}: {exc}", 500)
             return
         self._end("ok", 200)

@@ -3,17 +3,28 @@
 
 The page (dht/testbed/cockpit.html) polls every node's `/v0/status` and `/metrics` and, with the
 chaos test bed, Toxiproxy's API, and computes everything it shows itself. This server is
-only a thin reverse proxy in front of those APIs, so the browser talks to one origin:
+mostly a thin reverse proxy in front of those APIs, so the browser talks to one origin:
 the nodes and Toxiproxy send no CORS headers, and Toxiproxy refuses any request that
-looks like it comes from a browser. It adds no state and no API of its own besides
-`/cockpit.json`, the list of what there is to poll.
+looks like it comes from a browser. What it keeps itself: the fault timeline
+(fault_timeline.py), the probe load and its figures (probe.py), recorded experiments
+(experiment.py), and, for a cluster started by `python -m dht cluster`, the process
+faults it asks of that command (cockpit_faults.py).
 
 Routes:
     GET  /                              the page
-    GET  /cockpit.json                  {"nodes": [{"name", "url"}, ...], "toxiproxy": bool}
+    GET  /cockpit.json                  what there is: nodes, Toxiproxy, process faults, probe
     GET  /nodes/{index}/v0/status       proxied to node `index` (0-based), 1 s deadline
     GET  /nodes/{index}/metrics         the same for its Prometheus metrics
     GET|POST|DELETE /toxiproxy/{path}   proxied to Toxiproxy's API (404 without one)
+    GET  /processes                     each node's process state, from the cluster
+    POST /processes/{index}/{action}    kill, pause, resume, restart or wipe node `index`
+    GET  /timeline                      the faults applied, newest first
+    GET  /probe                         the probe's figures per node, over its window
+    GET  /experiment                    recording or not, and the experiments recorded
+    POST /experiment/start|stop         the record switch
+    GET  /runs/{folder}/{file}          a recorded experiment's files (plot, summary, ...)
+
+Every POST and DELETE needs the header X-Cockpit: 1 and a Host naming this server.
 """
 
 from __future__ import annotations
@@ -23,12 +34,31 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
+
+from dht.history.run_folder import (
+    FAULTS_FILE,
+    FINAL_FILE,
+    HISTORY_FILE,
+    PLOT_FILE,
+    RUN_FILE,
+    SUMMARY_FILE,
+)
+from dht.testbed.cockpit_faults import (
+    PROCESS_ACTIONS,
+    ControlAccess,
+    ProcessFaults,
+    note_link_change,
+)
+from dht.testbed.experiment import Experiment, ExperimentError
+from dht.testbed.fault_timeline import FaultTimeline
+from dht.testbed.probe import WINDOW, Probe
 
 log = logging.getLogger("dht.testbed.cockpit")
 
@@ -45,17 +75,25 @@ ACTION_HEADER = "X-Cockpit"
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _NODE_PATHS = "v0/status|metrics"
+_RUN_FILES = frozenset({PLOT_FILE, SUMMARY_FILE, HISTORY_FILE, FAULTS_FILE, FINAL_FILE, RUN_FILE})
 
 
 @dataclass(frozen=True)
 class CockpitConfig:
     """What the cockpit serves: the nodes' URLs in cluster order (named node1, node2, ...
-    like the test bed's links), and Toxiproxy's API URL when the test bed runs."""
+    like the test bed's links), Toxiproxy's API URL when the test bed runs, the cluster's
+    control server when the cluster command runs the nodes, the probe's rate and where
+    recorded experiments go."""
 
     nodes: tuple[str, ...]
     toxiproxy: str | None = None
     host: str = "127.0.0.1"
     port: int = 8079
+    # The cluster command's control server, for process faults (None: no such buttons).
+    control: ControlAccess | None = None
+    # The probe load's operations a second, over every node; 0: none (and no recording).
+    probe_rate: float = 5.0
+    runs: Path = field(default_factory=lambda: Path.cwd() / "artifacts" / "cockpit-runs")
 
 
 def node_names(count: int) -> list[str]:
@@ -82,6 +120,14 @@ class Cockpit:
         self.names = node_names(len(config.nodes))
         self.page = load_page()
         self._session: aiohttp.ClientSession | None = None
+        self.timeline = FaultTimeline()
+        self.probe = Probe(list(config.nodes), config.probe_rate)
+        self.experiment = Experiment(self.probe, self.timeline, config.runs)
+        self.processes = (
+            None
+            if config.control is None
+            else ProcessFaults(config.control, self.names, config.nodes, self.timeline)
+        )
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -91,10 +137,20 @@ class Cockpit:
     async def session_context(self, app: web.Application) -> AsyncIterator[None]:
         # Opened inside the running loop (a session binds to it) and kept: its pooled
         # keep-alive connections serve every poll, so a refresh costs no new handshakes.
+        # The probe has a session of its own, so that its requests waiting on a paused
+        # node never hold the connections the page's polls need.
         self._session = aiohttp.ClientSession()
+        probe_session = aiohttp.ClientSession()
+        tasks = [asyncio.create_task(self.probe.run(probe_session), name="probe")]
+        if self.processes is not None:
+            tasks.append(asyncio.create_task(self.processes.watch(self.session), name="watch"))
         try:
             yield
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await probe_session.close()
             await self._session.close()
 
     def app(self) -> web.Application:
@@ -105,6 +161,13 @@ class Cockpit:
         app.router.add_get("/nodes/{index}/{path:" + _NODE_PATHS + "}", self.node, allow_head=False)
         for method in ("GET", "POST", "DELETE"):
             app.router.add_route(method, "/toxiproxy/{path:.*}", self.toxiproxy)
+        app.router.add_get("/processes", self.process_states, allow_head=False)
+        app.router.add_post("/processes/{index}/{action}", self.process_action)
+        app.router.add_get("/timeline", self.faults, allow_head=False)
+        app.router.add_get("/probe", self.probe_figures, allow_head=False)
+        app.router.add_get("/experiment", self.experiment_state, allow_head=False)
+        app.router.add_post("/experiment/{switch:start|stop}", self.record)
+        app.router.add_get("/runs/{folder}/{file}", self.run_file, allow_head=False)
         return app
 
     async def index(self, request: web.Request) -> web.Response:
@@ -121,17 +184,26 @@ class Cockpit:
             for name, url in zip(self.names, self.config.nodes, strict=True)
         ]
         return web.json_response(
-            {"nodes": nodes, "toxiproxy": self.config.toxiproxy is not None},
+            {
+                "nodes": nodes,
+                "toxiproxy": self.config.toxiproxy is not None,
+                "processes": self.processes is not None,
+                "probe": {"rate": self.config.probe_rate, "window": WINDOW},
+            },
             headers={"Cache-Control": "no-store"},
         )
 
-    async def node(self, request: web.Request) -> web.Response:
+    def _index(self, request: web.Request) -> int:
         text = request.match_info["index"]
         index = int(text) if text.isascii() and text.isdigit() else -1
         if not 0 <= index < len(self.config.nodes):
             raise web.HTTPNotFound(
                 text=f"no node {text}: the cluster has nodes 0 to {len(self.config.nodes) - 1}\n"
             )
+        return index
+
+    async def node(self, request: web.Request) -> web.Response:
+        index = self._index(request)
         name, url = self.names[index], self.config.nodes[index]
         target = f"{url}/{request.match_info['path']}"
         return await self._forward(
@@ -148,11 +220,8 @@ class Cockpit:
                 text=f"the cockpit serves the Toxiproxy API to {self.config.host} only, "
                 f"not to Host {request.host}\n"
             )
-        if request.method != "GET" and request.headers.get(ACTION_HEADER) != "1":
-            raise web.HTTPForbidden(
-                text=f"a change to Toxiproxy needs the header {ACTION_HEADER}: 1 (the "
-                "cockpit page sends it), so that other web pages cannot make one\n"
-            )
+        if request.method != "GET":
+            self._check_action(request)
         # The raw (still percent-encoded) path and query, so a name reaches Toxiproxy as
         # the page wrote it.
         raw = request.rel_url.raw_path_qs[len("/toxiproxy") :]
@@ -169,7 +238,86 @@ class Cockpit:
         )
         if request.method != "GET":
             log.info("Toxiproxy %s %s: %d", request.method, raw, answer.status)
+            if answer.status < 300:
+                note_link_change(self.timeline, request.method, raw, body or b"")
         return answer
+
+    def _check_action(self, request: web.Request) -> None:
+        """A change is made only by the page: it sends ACTION_HEADER, which another web
+        page cannot without a CORS preflight, and a Host naming this server."""
+        if not self._local_request(request):
+            raise web.HTTPForbidden(
+                text=f"the cockpit takes changes from {self.config.host} only, "
+                f"not from Host {request.host}\n"
+            )
+        if request.headers.get(ACTION_HEADER) != "1":
+            raise web.HTTPForbidden(
+                text=f"a change needs the header {ACTION_HEADER}: 1 (the cockpit page "
+                "sends it), so that other web pages cannot make one\n"
+            )
+
+    # -- process faults, the timeline, the probe and recorded experiments ------------------
+
+    def _control(self) -> ProcessFaults:
+        if self.processes is None:
+            raise web.HTTPNotFound(
+                text="no process faults: the nodes were not started by `python -m dht "
+                "cluster` (or the cockpit was not given its --cluster-dir)\n"
+            )
+        return self.processes
+
+    async def process_states(self, request: web.Request) -> web.Response:
+        processes = self._control()
+        try:
+            states = await processes.states(self.session)
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+            return _bad_gateway(f"the cluster's control server did not answer: {_one_line(exc)}")
+        return web.json_response({"nodes": states}, headers={"Cache-Control": "no-store"})
+
+    async def process_action(self, request: web.Request) -> web.Response:
+        processes = self._control()
+        self._check_action(request)
+        index = self._index(request)
+        action = request.match_info["action"]
+        if action not in PROCESS_ACTIONS:
+            raise web.HTTPNotFound(text=f"no action {action}: {', '.join(PROCESS_ACTIONS)}\n")
+        status, text = await processes.act(self.session, action, index)
+        return web.Response(status=status, text=text + "\n", headers={"Cache-Control": "no-store"})
+
+    async def faults(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"faults": self.timeline.as_json()}, headers={"Cache-Control": "no-store"}
+        )
+
+    async def probe_figures(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"rate": self.probe.rate, "window": WINDOW, "nodes": self.probe.stats()},
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def experiment_state(self, request: web.Request) -> web.Response:
+        return web.json_response(self.experiment.as_json(), headers={"Cache-Control": "no-store"})
+
+    async def record(self, request: web.Request) -> web.Response:
+        self._check_action(request)
+        try:
+            if request.match_info["switch"] == "start":
+                self.experiment.start()
+            else:
+                await self.experiment.stop(self.session)
+        except ExperimentError as exc:
+            raise web.HTTPConflict(text=f"{exc}\n") from None
+        return web.json_response(self.experiment.as_json(), headers={"Cache-Control": "no-store"})
+
+    async def run_file(self, request: web.Request) -> web.StreamResponse:
+        folder, name = request.match_info["folder"], request.match_info["file"]
+        known = {result.folder for result in self.experiment.results}
+        if folder not in known or name not in _RUN_FILES:
+            raise web.HTTPNotFound(text=f"no {folder}/{name} among the recorded experiments\n")
+        path = self.config.runs / folder / name
+        if not path.is_file():
+            raise web.HTTPNotFound(text=f"{folder} has no {name}\n")
+        return web.FileResponse(path, headers={"Cache-Control": "no-store"})
 
     def _local_request(self, request: web.Request) -> bool:
         """Whether the Host header names this server, when it listens on loopback only.

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import secrets
+import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -74,6 +76,7 @@ class LocalCluster:
         # Members whose process exited while the cluster runs, with the exit code: the
         # others serve on, and `restart` starts them again on their data.
         self.down: dict[str, int] = {}
+        self.paused: set[str] = set()  # members stopped with SIGSTOP, until SIGCONT
         # How a member's process is started (set by the command: with --chaos, in its
         # links), and the restarts waiting for the main thread to start them: a process
         # in a network namespace dies with the thread that started it, and the control
@@ -151,6 +154,9 @@ class LocalCluster:
             if self.closing:
                 raise ActionFailed("the cluster is stopping")
             old = self.processes[url]
+            if url in self.paused and old.poll() is None:
+                old.send_signal(signal.SIGCONT)  # a stopped process cannot stop cleanly
+            self.paused.discard(url)
             command = node_command(
                 url_port(url), self.data_dirs[url], list(self.urls), self.host, self.extra
             )
@@ -175,6 +181,96 @@ class LocalCluster:
                 if process.poll() is None:
                     self.down.pop(url, None)  # watched again: its next exit is told
         say(f"{url} serves again")
+
+    # -- process faults: kill -9, pause and resume -----------------------------------------
+
+    def kill(self, url: str, say: Callable[[str], None]) -> None:
+        """SIGKILL to member `url`: it dies with no chance to flush or say goodbye, and
+        stays down (the main loop logs it) until `restart`."""
+        process = self._running(url, "kill")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        with self.lock:
+            self.paused.discard(url)
+        say(f"killed {url} (kill -9, pid {process.pid}); `restart` starts it again on its data")
+
+    def pause(self, url: str, say: Callable[[str], None]) -> None:
+        """SIGSTOP to member `url`: it holds its connections and answers nothing, like a
+        machine in a long GC pause or a stalled VM, until `resume`."""
+        process = self._running(url, "pause")
+        with self.lock:
+            if url in self.paused:
+                raise ActionFailed(f"{url} is paused already")
+            process.send_signal(signal.SIGSTOP)
+            self.paused.add(url)
+        say(f"paused {url} (SIGSTOP, pid {process.pid})")
+
+    def resume(self, url: str, say: Callable[[str], None]) -> None:
+        process = self._running(url, "resume")
+        with self.lock:
+            if url not in self.paused:
+                raise ActionFailed(f"{url} is not paused")
+            process.send_signal(signal.SIGCONT)
+            self.paused.discard(url)
+        say(f"resumed {url} (SIGCONT, pid {process.pid})")
+
+    def wipe(self, url: str, say: Callable[[str], None]) -> None:
+        """kill -9 member `url`, delete its data folder and start it again on an empty
+        one: a machine whose disk is lost, replaced by a blank one at the same address.
+        What it held survives only on its peers' copies."""
+        if not self.changing.acquire(blocking=False):
+            raise ActionFailed(
+                "another add, remove, restart or wipe is under way on this cluster; wait for it"
+            )
+        with _Held(self.changing):
+            with self.lock:
+                if url not in self.processes:
+                    raise ActionFailed(
+                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
+                    )
+                process, data_dir = self.processes[url], self.data_dirs[url]
+                self.down.setdefault(url, -signal.SIGKILL)  # no failure: it is asked for
+                self.paused.discard(url)
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                say(f"killed {url} (kill -9, pid {process.pid})")
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir.mkdir(parents=True)
+            say(f"deleted its data folder {data_dir}")
+            self._restart(url, say)
+
+    def _running(self, url: str, action: str) -> subprocess.Popen[bytes]:
+        with self.lock:
+            if url not in self.processes:
+                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
+            if self.closing:
+                raise ActionFailed("the cluster is stopping")
+            if url in self.unwatched:
+                raise ActionFailed(f"{url} is being restarted; {action} it once it serves")
+            process = self.processes[url]
+            if process.poll() is not None:
+                raise ActionFailed(
+                    f"{url} is down (exit code {process.returncode}); restart it first"
+                )
+            return process
+
+    def node_states(self) -> list[dict[str, object]]:
+        """Each member's process as the cockpit shows it: "running", "paused", "down"
+        (with its exit code) or "restarting", and its pid."""
+        with self.lock:
+            states: list[dict[str, object]] = []
+            for url in self.urls:
+                process = self.processes[url]
+                code = process.poll()
+                if url in self.unwatched:
+                    state = "restarting"
+                elif code is not None:
+                    state = "down"
+                else:
+                    state = "paused" if url in self.paused else "running"
+                states.append({"url": url, "state": state, "pid": process.pid, "exit_code": code})
+            return states
 
     # -- the control server and cluster.json ---------------------------------------------
 

@@ -82,24 +82,27 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def dashboard_command(
-    args: argparse.Namespace, urls: list[str], toxiproxy: str | None
+    args: argparse.Namespace, urls: list[str], toxiproxy: str | None, controlled: bool
 ) -> list[str]:
     command = [sys.executable, "-m", "dht", "cockpit", "--port", str(args.dashboard_port)]
     command += ["--host", args.host, "--log-level", args.log_level]
+    command += ["--probe-rate", str(args.probe_rate)]
     for url in urls:
         command += ["--node", url]
     if toxiproxy is not None:
         command += ["--toxiproxy", toxiproxy]
+    if controlled:  # the cluster's control server is up: process faults on the page
+        command += ["--cluster-dir", str(args.data_dir)]
     return command
 
 
 def start_dashboard(
-    args: argparse.Namespace, urls: list[str], toxiproxy: str | None
+    args: argparse.Namespace, urls: list[str], toxiproxy: str | None, controlled: bool
 ) -> subprocess.Popen[bytes] | None:
     """Starts the cockpit and waits until it answers; None, with the reason logged, if it
     does not. The dashboard is a convenience: a taken port must not stop the cluster."""
     url = f"http://{args.host}:{args.dashboard_port}"
-    process = subprocess.Popen(dashboard_command(args, urls, toxiproxy))
+    process = subprocess.Popen(dashboard_command(args, urls, toxiproxy, controlled))
     deadline = time.monotonic() + DASHBOARD_DEADLINE
     try:
         while time.monotonic() < deadline:
