@@ -1,6 +1,7 @@
 """`python -m dht cluster --netns`: dht's nodes, each in a network namespace of its own
 and told nothing of Toxiproxy, replicate through the links, which the cluster's one
-Toxiproxy API cuts; Ctrl-C leaves nothing behind. Where the mode cannot run, the
+Toxiproxy API cuts; Ctrl-C leaves nothing behind. `--node-command --chaos` runs another
+implementation's nodes (the naive node) the same way. Where the mode cannot run, the
 command says why in one line."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import pytest
 
 from dht.conformance.launcher import request, wait_for
 from dht.testbed.netns import netns_unavailable
-from tests.launcher import interrupt
+from tests.launcher import REPO, interrupt
 
 unavailable = netns_unavailable()
 
@@ -123,6 +125,74 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
     assert [pid for pid in started if alive(pid)] == []
     assert in_namespaces(namespaces) == []
     assert uplinks() - before == set()
+
+
+@pytest.mark.skipif(unavailable is not None, reason=unavailable or "")
+def test_node_command_with_chaos_runs_another_implementation_in_namespaces_behind_links(
+    tmp_path: Path,
+) -> None:
+    """`--node-command --chaos` is the namespace mode: the naive node (tests/naive/node.py)
+    cannot be told of the links, and still crosses them."""
+    ports = consecutive_free_ports(3)
+    naive = REPO / "tests" / "naive" / "node.py"
+    template = (
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(naive))} --port {{port}} "
+        "--data-dir {data_dir} --cluster {cluster} --self {self}"
+    )
+    command = [sys.executable, "-m", "dht", "cluster", "--chaos", "--nodes", "3"]
+    command += ["--base-port", str(ports[0]), "--data-dir", str(tmp_path / "data")]
+    command += ["--dashboard-port", "0", "--node-command", template]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    started: list[int] = []
+    try:
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        control = tmp_path / "data" / "cluster.json"
+        wait_for(control.exists, bool, deadline=20.0)  # written once every node serves
+        api = json.loads(control.read_text())["toxiproxy"]
+        started = children_of(process.pid)
+        own = os.readlink("/proc/self/ns/net")
+        assert len({os.readlink(f"/proc/{pid}/ns/net") for pid in started} - {own}) == 4
+        links = json.loads(request("GET", f"{api}/proxies").body)
+        assert set(links) == {
+            f"node{source}-to-node{target}"
+            for source in (1, 2, 3)
+            for target in (1, 2, 3)
+            if source != target
+        }
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k&replicas=3/3", b"v").status == 201
+        for link in ("node3-to-node1", "node3-to-node2", "node1-to-node3", "node2-to-node3"):
+            cut = request("POST", f"{api}/proxies/{link}", json.dumps({"enabled": False}).encode())
+            assert cut.status == 200, cut.body
+        assert request("PUT", f"{urls[1]}/v0/entity?id=k2&replicas=3/3", b"v").status == 504
+        assert request("PUT", f"{urls[1]}/v0/entity?id=k3&replicas=2/3", b"v").status == 201
+        assert request("GET", f"{urls[2]}/v0/entity?id=k&replicas=1/3").status == 200
+    finally:
+        output = interrupt(process)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert f"each node runs: {template}" in text
+    assert [pid for pid in started if alive(pid)] == []
+
+
+def test_node_command_with_chaos_where_namespaces_cannot_run_is_one_line_and_exit_code_2(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "dht", "cluster", "--chaos", "--data-dir", str(tmp_path)]
+    command += ["--node-command", "my-node --port {port}"]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"DHT_TOXIPROXY_SERVER": str(tmp_path / "no-such-toxiproxy")},
+        timeout=20,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: --chaos with --node-command (each node in a network "), lines
 
 
 def test_netns_where_it_cannot_run_is_one_line_and_exit_code_2(tmp_path: Path) -> None:

@@ -97,11 +97,25 @@ def main(argv: list[str] | None = None) -> int:
         from dht.testbed.cluster_control import run_cluster_action
 
         return run_cluster_action(args.data_dir, args.action, args.url)
-    if args.netns:
-        if (reason := netns_refusal(args.host)) is not None:
-            print(f"error: --netns cannot run here: {reason}", file=sys.stderr)
+    if args.node_command is not None:
+        from dht.testbed.node_template import template_problem
+
+        if (problem := template_problem(args.node_command)) is not None:
+            print(f"error: {problem}", file=sys.stderr)
             return 2
-        args.chaos = True
+    # Another implementation cannot be told to dial its peers through the links
+    # (dht's --route): its links are those of a network namespace per node.
+    implied_netns = args.node_command is not None and args.chaos and not args.netns
+    if args.netns or implied_netns:
+        if (reason := netns_refusal(args.host)) is not None:
+            mode = (
+                "--chaos with --node-command (each node in a network namespace, as --netns)"
+                if implied_netns
+                else "--netns"
+            )
+            print(f"error: {mode} cannot run here: {reason}", file=sys.stderr)
+            return 2
+        args.netns = args.chaos = True
     from dht.testbed.cluster import run_cluster
 
     return run_cluster(args)

@@ -10,6 +10,25 @@ from pathlib import Path
 
 from dht.command_line.node_flags import add_node_flags
 from dht.config import normalize_url, port_number, positive_float, positive_int
+from dht.testbed.node_template import PLACEHOLDER_HELP
+
+NODE_COMMAND_EPILOG = (
+    """\
+Another implementation of the v0 API (SPEC.md part one) runs under the same test bed with
+--node-command TEMPLATE: a command line run once per node, in this folder, split as a
+shell would split it but run without one, with these placeholders:
+"""
+    + PLACEHOLDER_HELP
+    + """\
+Its data folder is DATA_DIR/node-N, made for it; `cluster restart URL` runs the same
+command on it again, while `add` and `remove` are refused (membership changes are dht's
+own API). dht's node flags (the ones after --dashboard-port) do not reach it. It cannot
+be told to dial its peers through Toxiproxy, so --chaos runs each of its nodes in a
+network namespace of its own, as --netns does (Linux, as root). Example:
+  python -m dht cluster --chaos \\
+      --node-command 'java -jar my.jar --port {port} --dir {data_dir} --topology {cluster}'
+"""
+)
 
 
 def port_or_zero(text: str) -> int:
@@ -85,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start N node processes on consecutive ports, wait until all answer, "
         "print their URLs,\nand stop them all on Ctrl-C or SIGTERM.\n\n"
-        "While it runs, a second command changes its membership (not for a --chaos "
-        "cluster):\n"
+        "While it runs, a second command changes its membership (not for a --chaos or "
+        "--node-command\ncluster):\n"
         "  add          start one more node (the next free port after the highest one "
         "the cluster\n"
         "               has used, data in DATA_DIR/node-N) and move the cluster to it; "
@@ -109,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`resume URL`\n"
         "  wipe URL     kill -9, delete its data folder and start it again empty (a "
         "lost disk)",
+        epilog=NODE_COMMAND_EPILOG,
     )
     cluster.add_argument(
         "action",
@@ -155,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
         "are Toxiproxy proxies, so no node is told of them (no --route); implies --chaos. "
         "Linux only, as root, with iproute2, nsenter, unshare and toxiproxy-server; "
         "--host must stay 127.0.0.1 (or localhost)",
+    )
+    cluster.add_argument(
+        "--node-command",
+        metavar="TEMPLATE",
+        help="run each node with this command line, the nodes of another implementation "
+        "of the v0 API, instead of dht's own `python -m dht node`; {port}, {data_dir}, "
+        "{cluster} and {self} are filled in per node (see the end); with --chaos it "
+        "implies --netns",
     )
     cluster.add_argument(
         "--dashboard-port",

@@ -34,18 +34,16 @@ from dht.conformance.report import (
 )
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
 from dht.history.run_folder import PLOT_FILE, RUNS_ENV, SUMMARY_FILE
+from dht.testbed.node_template import PLACEHOLDER_HELP, node_line, template_problem
 from dht.testbed.toxiproxy import free_ports
 
 SUITE = Path(__file__).resolve().parent / "suite"
 # Where the fault scenarios leave their run folders, inside the report folder.
 RUNS_FOLDER = "runs"
-PLACEHOLDERS = ("{port}", "{data_dir}", "{cluster}", "{self}")
-EPILOG = """\
-The node command is a template run once per node, with these placeholders:
-  {port}      the loopback port this node must listen on (required)
-  {data_dir}  an empty folder for its data, the same one when the node restarts
-  {cluster}   every node's URL, comma-separated (http://127.0.0.1:PORT,...)
-  {self}      this node's URL in that list
+EPILOG = (
+    "The node command is a template run once per node, with these placeholders:\n"
+    + PLACEHOLDER_HELP
+    + """\
 Tiers (SPEC.md part one, then dht's own rules):
   core         the v0 single-node API: status codes, 400 rules, keys and values
   range        /v0/entities on one node: bounds, order, one chunk per record
@@ -62,6 +60,7 @@ Example:
   python -m dht.conformance --tiers core,range \\
       --node-command 'java -jar my.jar --port {port} --dir {data_dir} --topology {cluster}'
 """
+)
 
 
 def parse_tiers(text: str) -> tuple[str, ...]:
@@ -141,12 +140,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     if args.node_command is not None:
-        if "{port}" not in args.node_command:
-            parser.error("--node-command must contain {port}: where the node listens")
-        try:
-            args.node_command.format(port=0, data_dir="", cluster="", self="")
-        except (KeyError, IndexError, ValueError) as error:
-            parser.error(f"--node-command: bad placeholder {error}; use {', '.join(PLACEHOLDERS)}")
+        if (problem := template_problem(args.node_command)) is not None:
+            parser.error(problem)
     return args
 
 
@@ -196,7 +191,7 @@ def preflight(node_command: str, start_timeout: float) -> str | None:
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="dht-conformance-") as data_dir:
-        line = node_command.format(port=port, data_dir=data_dir, cluster=url, self=url)
+        line = node_line(node_command, port, data_dir, [url], url)
         try:
             process = subprocess.Popen(
                 shlex.split(line), stdout=subprocess.PIPE, stderr=subprocess.STDOUT

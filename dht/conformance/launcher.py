@@ -48,6 +48,7 @@ from dht.replication.messages import (
 from dht.replication.protocol import Frame, ReplicaCodec, Role
 from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
 from dht.testbed.namespaces import die_with_parent
+from dht.testbed.node_template import node_argv
 from dht.testbed.toxiproxy import free_ports
 
 T = TypeVar("T")
@@ -251,13 +252,10 @@ class Node:
         return f"Node({self.url})"
 
     def command(self) -> list[str]:
-        line = node_command_template().format(
-            port=self.port,
-            data_dir=shlex.quote(str(self.data_dir)),
-            cluster=",".join(self.topology),
-            self=self.cluster_url,
+        argv = node_argv(
+            node_command_template(), self.port, self.data_dir, self.topology, self.cluster_url
         )
-        return [*self.prefix, *shlex.split(line), *self.extra_args]
+        return [*self.prefix, *argv, *self.extra_args]
 
     def start(self, wait: bool = True) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"

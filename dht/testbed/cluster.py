@@ -13,6 +13,11 @@ removed one, and drives the change (dht/testbed/membership.py) in between, strea
 each step back to the command that asked. The nodes and their processes are shared by the
 main loop, which watches them, and those threads: `LocalCluster` keeps them under a lock.
 
+With --node-command the nodes are another implementation's, started from a template
+(node_template.py) with none of dht's node flags; `restart` runs the same command on the
+same data folder, `add` and `remove` are refused (membership changes are dht's own API),
+and link faults need the namespaces of --netns, since such a node cannot be told of them.
+
 This module is the command; node_processes.py starts and stops the processes,
 local_cluster.py holds the nodes and changes them, cluster_control.py serves the changes.
 """
@@ -32,10 +37,10 @@ from typing import TYPE_CHECKING
 from dht.testbed.local_cluster import LocalCluster
 from dht.testbed.node_processes import (
     START_DEADLINE,
-    node_command,
     passed_settings,
     start_dashboard,
     stop_all,
+    template_command,
     wait_until_serving,
 )
 
@@ -54,6 +59,12 @@ def run_cluster(args: argparse.Namespace) -> int:
     # users of the machine cannot read it from the process list.
     environment = os.environ | {"DHT_SECRET": args.secret or secrets.token_hex(16)}
     cluster = LocalCluster(args.host, args.data_dir, extra, environment, chaos=args.chaos)
+    if args.node_command is not None:
+        cluster.command_for = template_command(args.node_command)
+        cluster.fixed_membership = (
+            "a --node-command cluster cannot add or remove nodes: membership changes are "
+            "dht's own API (python -m dht membership), not the v0 API its nodes serve"
+        )
     dashboard: subprocess.Popen[bytes] | None = None
     links: ClusterLinks | None = None
 
@@ -79,7 +90,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         processes = []
         for index in range(len(urls)):
             data_dir = args.data_dir / f"node-{index + 1}"
-            command = node_command(args.base_port + index, data_dir, urls, args.host, extra)
+            command = cluster.command_for(urls[index], data_dir, urls)
             process = cluster.launch(urls[index], command)
             cluster.supervise(urls[index], process, data_dir)
             processes.append(process)
@@ -91,14 +102,18 @@ def run_cluster(args: argparse.Namespace) -> int:
             dashboard = start_dashboard(
                 args, urls, links.api_url if links else None, cluster.control is not None
             )
-        print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
+        if args.node_command is None:
+            print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
+        else:
+            print(f"cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
+            print(f"each node runs: {args.node_command}")
         for url in urls:
             print(f"  {url}")
         print(f"try: curl -X PUT -d hello '{urls[0]}/v0/entity?id=greeting'")
         if links is not None:
             print(f"Toxiproxy API: {links.api_url}  (links: curl {links.api_url}/proxies)")
             print(f"  {links.description}")
-        elif cluster.control is not None:
+        elif cluster.control is not None and args.node_command is None:
             print(
                 f"python -m dht cluster add --data-dir {args.data_dir} adds a node, "
                 "... remove URL removes one"
@@ -129,7 +144,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         log.info("stopping the cluster")
         return 0
-    except (RuntimeError, FileNotFoundError) as exc:
+    except (RuntimeError, OSError) as exc:  # a node that cannot start or run at all
         log.error("%s", exc)
         return 1
     finally:

@@ -85,6 +85,15 @@ class LocalCluster:
             subprocess.Popen(command, env=self.environment)
         )
         self.to_start: list[tuple[str, list[str], Future[subprocess.Popen[bytes]]]] = []
+        # The argv that starts member `url` on its data folder in a cluster of `urls`:
+        # dht's own node, unless the command runs another implementation's.
+        self.command_for: Callable[[str, Path, list[str]], list[str]]
+        self.command_for = lambda url, data_dir, urls: node_command(
+            url_port(url), data_dir, urls, self.host, self.extra
+        )
+        # Why `add` and `remove` are refused, if they are: nodes that are not dht's have
+        # no membership API for them to drive.
+        self.fixed_membership: str | None = None
         self.highest_port = 0  # of any node this run started: a port is never used twice
         self.highest_index = 0  # N of the node-N folders
         self.closing = False
@@ -157,9 +166,7 @@ class LocalCluster:
             if url in self.paused and old.poll() is None:
                 old.send_signal(signal.SIGCONT)  # a stopped process cannot stop cleanly
             self.paused.discard(url)
-            command = node_command(
-                url_port(url), self.data_dirs[url], list(self.urls), self.host, self.extra
-            )
+            command = self.command_for(url, self.data_dirs[url], list(self.urls))
             started: Future[subprocess.Popen[bytes]] = Future()
             if old.poll() is None:
                 self.down[url] = 0  # stopping it is no failure of the cluster
@@ -366,6 +373,8 @@ class LocalCluster:
             self._finish(say)
 
     def _one_change(self) -> _Held:
+        if self.fixed_membership is not None:
+            raise ActionFailed(self.fixed_membership)
         if self.chaos:
             raise ActionFailed(
                 "a --chaos cluster cannot add or remove nodes: its Toxiproxy links are "
@@ -388,7 +397,7 @@ class LocalCluster:
                 index += 1
             url = f"http://{self.host}:{port}"
             data_dir = self.data_dir / f"node-{index}"
-            command = node_command(port, data_dir, [*urls, url], self.host, self.extra)
+            command = self.command_for(url, data_dir, [*urls, url])
             process = subprocess.Popen([*command, "--join"], env=self.environment)
             self.unwatched[url] = process
             self.data_dirs[url] = data_dir

@@ -1,5 +1,6 @@
-"""The processes of a local cluster: the command line that starts a node (with the
-node flags `cluster` passes on), waiting until it serves, stopping a group of them
+"""The processes of a local cluster: the command line that starts a node (dht's own, with
+the node flags `cluster` passes on, or another implementation's from a --node-command
+template), waiting until it serves, stopping a group of them
 (SIGTERM, then SIGKILL for any that linger), and the dashboard beside them
 (cluster_links.py makes the Toxiproxy links).
 """
@@ -13,10 +14,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
-from dht.config import node_settings
+from dht.config import node_settings, url_port
 from dht.testbed.namespaces import stop_processes
+from dht.testbed.node_template import node_argv
 
 # The one logger of `python -m dht cluster`, whichever module of it speaks.
 log = logging.getLogger("dht.testbed.cluster")
@@ -44,6 +47,18 @@ def node_command(
         ",".join(cluster),
         *extra,
     ]
+
+
+def template_command(template: str) -> Callable[[str, Path, list[str]], list[str]]:
+    """The argv of another implementation's node `url` in a cluster of `urls` from a
+    --node-command `template` (node_template.py), given its absolute data folder, which
+    it makes first: dht's node makes its own, and another may expect it to exist."""
+
+    def command(url: str, data_dir: Path, urls: list[str]) -> list[str]:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return node_argv(template, url_port(url), data_dir.resolve(), urls, url)
+
+    return command
 
 
 def passed_settings(args: argparse.Namespace) -> list[str]:
