@@ -1,0 +1,130 @@
+"""A recorded experiment (SPEC.md rule 6.7): the cockpit's record switch, pressed in
+headless Chromium around faults made with its buttons, writes a run folder that the
+history checker judges. The same experiment on two implementations: the naive node
+(tests/naive/node.py, no repair, no hints) loses the writes a node missed once the two
+that held them lose their disks; dht, whose hints reach the restarted node, loses none
+when one disk is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dht.conformance.launcher import request
+from dht.conformance.rules import rule
+from tests.cockpit.test_dashboard import (
+    RunningCluster,
+    attribute,
+    click,
+    running_cluster,
+    text_of,
+    wait_until,
+)
+from tests.cockpit.test_process_faults import (
+    ACTION_DEADLINE,
+    fault_rows,
+    press,
+    wait_for_process,
+)
+from tests.spec.test_cluster_node_command import NAIVE_COMMAND
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "artifacts" / "cockpit-experiment-naive.png"
+# Operations a second: few enough that a key written while node3 is down is seldom
+# written again before the wipes, so what the naive node loses stays lost.
+PROBE_RATE = "8"
+DOWN_SECONDS = 4.0
+
+
+def record(driver: Any) -> None:
+    click(driver, "#record")
+    wait_until(
+        driver,
+        lambda d: d.execute_script("return document.body.dataset.recording") == "yes",
+        "recording",
+    )
+
+
+def stop_recording(driver: Any) -> dict[str, str]:
+    """Stops the recording and waits for its result row: its folder, verdict and text."""
+    wait_until(
+        driver, lambda d: not d.find_element("id", "record").get_attribute("disabled"), "stop"
+    )
+    click(driver, "#record")
+    wait_until(
+        driver,
+        lambda d: d.execute_script("return document.querySelector('#results-body tr')"),
+        "the experiment's result",
+        ACTION_DEADLINE,
+    )
+    row = "#results-body tr"
+    return {
+        "folder": str(attribute(driver, row, "data-result")),
+        "verdict": str(attribute(driver, row, "data-verdict")),
+        "text": text_of(driver, row),
+        "plot": str(attribute(driver, f"{row} a", "href")),
+    }
+
+
+def open_page(driver: Any, cluster: RunningCluster) -> None:
+    driver.get(cluster.dashboard + "/")
+    driver.execute_script("window.confirm = () => true")  # the wipe button asks first
+    for name in ("node1", "node2", "node3"):
+        wait_for_process(driver, name, "running")
+
+
+def missed_writes_then_lost_disks(driver: Any, wipes: tuple[str, ...]) -> None:
+    """node3 is down while writes go on, then comes back; then `wipes` lose their disks."""
+    press(driver, "kill", "node3")
+    wait_for_process(driver, "node3", "down")
+    time.sleep(DOWN_SECONDS)
+    press(driver, "restart", "node3")
+    wait_for_process(driver, "node3", "running")
+    for name in wipes:
+        time.sleep(1.0)
+        press(driver, "wipe", name)
+        wait_until(
+            driver,
+            lambda d, name=name: f"wipe {name} and restart" in fault_rows(d),
+            f"the wipe of {name} on the timeline",
+            ACTION_DEADLINE,
+        )
+    time.sleep(1.0)
+
+
+@rule("6.7")
+def test_an_experiment_recorded_on_the_naive_node_shows_its_lost_writes(
+    tmp_path: Path, browser: Any
+) -> None:
+    driver = browser
+    flags = ("--node-command", NAIVE_COMMAND, "--probe-rate", PROBE_RATE)
+    with running_cluster(tmp_path, 3, *flags) as cluster:
+        open_page(driver, cluster)
+        record(driver)
+        missed_writes_then_lost_disks(driver, ("node1", "node2"))
+        result = stop_recording(driver)
+        assert result["verdict"] == "failed", result
+        summary = (tmp_path / "data" / "runs" / result["folder"] / "summary.txt").read_text()
+        assert "lost=0" not in summary, summary
+        faults = (tmp_path / "data" / "runs" / result["folder"] / "faults.jsonl").read_text()
+        for label in ("kill -9 node3", "restart node3", "wipe node1", "wipe node2"):
+            assert label in faults, faults
+        plot = request("GET", f"{cluster.dashboard}/{result['plot']}")
+        assert plot.status == 200 and plot.body.startswith(b"\x89PNG"), plot
+        driver.set_window_size(1300, 1300)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        driver.save_screenshot(str(SCREENSHOT))
+
+
+@rule("6.7")
+def test_the_same_experiment_on_dht_with_one_disk_lost_passes(tmp_path: Path, browser: Any) -> None:
+    driver = browser
+    with running_cluster(tmp_path, 3, "--probe-rate", PROBE_RATE) as cluster:
+        open_page(driver, cluster)
+        record(driver)
+        missed_writes_then_lost_disks(driver, ("node1",))
+        result = stop_recording(driver)
+        summary = (tmp_path / "data" / "runs" / result["folder"] / "summary.txt").read_text()
+        assert result["verdict"] == "passed", summary
+        assert "lost=0" in summary and "stale_reads=0" in summary, summary
