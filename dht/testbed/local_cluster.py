@@ -2,7 +2,8 @@
 its membership: `add` starts a node with `--join` and `remove` stops one, with the change
 (dht/testbed/membership.py) driven in between. The nodes are shared by the main loop,
 which watches them, and the control server's threads (cluster_control.py), which add and
-remove them: `LocalCluster` keeps them under a lock.
+remove them: `LocalCluster` keeps them under a lock. Faults of one node's process (kill,
+pause, resume, wipe) are in node_faults.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +27,7 @@ from pathlib import Path
 from dht.config import url_port
 from dht.model.topology import STABLE, TopologyState
 from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer
+from dht.testbed.node_faults import NodeFaults
 from dht.testbed.node_processes import START_DEADLINE, node_command, stop_all, wait_until_serving
 
 # The one logger of `python -m dht cluster`, whichever module of it speaks.
@@ -43,7 +44,7 @@ class Change:
     new: tuple[str, ...]  # every node once it is done
 
 
-class LocalCluster:
+class LocalCluster(NodeFaults):
     """The nodes of a running `cluster` and their processes, shared by the main loop,
     which logs a node that exits and starts the processes restarts ask for, and the
     control server's threads, which add, remove and restart nodes; `lock` guards every
@@ -188,96 +189,6 @@ class LocalCluster:
                 if process.poll() is None:
                     self.down.pop(url, None)  # watched again: its next exit is told
         say(f"{url} serves again")
-
-    # -- process faults: kill -9, pause and resume -----------------------------------------
-
-    def kill(self, url: str, say: Callable[[str], None]) -> None:
-        """SIGKILL to member `url`: it dies with no chance to flush or say goodbye, and
-        stays down (the main loop logs it) until `restart`."""
-        process = self._running(url, "kill")
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        with self.lock:
-            self.paused.discard(url)
-        say(f"killed {url} (kill -9, pid {process.pid}); `restart` starts it again on its data")
-
-    def pause(self, url: str, say: Callable[[str], None]) -> None:
-        """SIGSTOP to member `url`: it holds its connections and answers nothing, like a
-        machine in a long GC pause or a stalled VM, until `resume`."""
-        process = self._running(url, "pause")
-        with self.lock:
-            if url in self.paused:
-                raise ActionFailed(f"{url} is paused already")
-            process.send_signal(signal.SIGSTOP)
-            self.paused.add(url)
-        say(f"paused {url} (SIGSTOP, pid {process.pid})")
-
-    def resume(self, url: str, say: Callable[[str], None]) -> None:
-        process = self._running(url, "resume")
-        with self.lock:
-            if url not in self.paused:
-                raise ActionFailed(f"{url} is not paused")
-            process.send_signal(signal.SIGCONT)
-            self.paused.discard(url)
-        say(f"resumed {url} (SIGCONT, pid {process.pid})")
-
-    def wipe(self, url: str, say: Callable[[str], None]) -> None:
-        """kill -9 member `url`, delete its data folder and start it again on an empty
-        one: a machine whose disk is lost, replaced by a blank one at the same address.
-        What it held survives only on its peers' copies."""
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove, restart or wipe is under way on this cluster; wait for it"
-            )
-        with _Held(self.changing):
-            with self.lock:
-                if url not in self.processes:
-                    raise ActionFailed(
-                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
-                    )
-                process, data_dir = self.processes[url], self.data_dirs[url]
-                self.down.setdefault(url, -signal.SIGKILL)  # no failure: it is asked for
-                self.paused.discard(url)
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                process.wait()
-                say(f"killed {url} (kill -9, pid {process.pid})")
-            shutil.rmtree(data_dir, ignore_errors=True)
-            data_dir.mkdir(parents=True)
-            say(f"deleted its data folder {data_dir}")
-            self._restart(url, say)
-
-    def _running(self, url: str, action: str) -> subprocess.Popen[bytes]:
-        with self.lock:
-            if url not in self.processes:
-                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
-            if self.closing:
-                raise ActionFailed("the cluster is stopping")
-            if url in self.unwatched:
-                raise ActionFailed(f"{url} is being restarted; {action} it once it serves")
-            process = self.processes[url]
-            if process.poll() is not None:
-                raise ActionFailed(
-                    f"{url} is down (exit code {process.returncode}); restart it first"
-                )
-            return process
-
-    def node_states(self) -> list[dict[str, object]]:
-        """Each member's process as the cockpit shows it: "running", "paused", "down"
-        (with its exit code) or "restarting", and its pid."""
-        with self.lock:
-            states: list[dict[str, object]] = []
-            for url in self.urls:
-                process = self.processes[url]
-                code = process.poll()
-                if url in self.unwatched:
-                    state = "restarting"
-                elif code is not None:
-                    state = "down"
-                else:
-                    state = "paused" if url in self.paused else "running"
-                states.append({"url": url, "state": state, "pid": process.pid, "exit_code": code})
-            return states
 
     # -- the control server and cluster.json ---------------------------------------------
 

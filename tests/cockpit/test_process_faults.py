@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,25 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
         assert answer.status == 200, answer
         faults = wait_timeline(cluster, lambda faults: not faults[-1]["ongoing"])
         assert [fault["label"] for fault in faults] == ["restart node2", "node2 exited (code -9)"]
+        # The same faults from a terminal, as `cluster pause|resume URL`.
+        for action in ("pause", "resume"):
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dht",
+                    "cluster",
+                    action,
+                    victim["url"],
+                    "--data-dir",
+                    str(tmp_path / "data"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert done.returncode == 0 and f"{action}d {victim['url']}" in done.stdout, done
+        faults = wait_timeline(cluster, lambda faults: len(faults) == 2)  # none from here
         refused = request("POST", cluster.dashboard + "/processes/1/kill")  # no X-Cockpit
         assert refused.status == 403, refused
         refused = request(

@@ -1,0 +1,123 @@
+"""Faults of one node's process in a running `python -m dht cluster`, as the cockpit's
+buttons and `cluster kill|pause|resume|wipe URL` ask for them: kill -9, pause (SIGSTOP)
+and resume (SIGCONT), and wipe (kill -9, data folder deleted, started again empty), and
+the state of each node's process. A mixin of `LocalCluster` (local_cluster.py), whose
+lock guards every field used here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from dht.testbed.cluster_control import ActionFailed
+
+
+class NodeFaults:
+    # The fields of LocalCluster these methods share with it, under `lock`.
+    lock: threading.Lock
+    changing: threading.Lock  # one add, remove, restart or wipe at a time
+    urls: list[str]
+    processes: dict[str, subprocess.Popen[bytes]]
+    unwatched: dict[str, subprocess.Popen[bytes]]
+    data_dirs: dict[str, Path]
+    down: dict[str, int]
+    paused: set[str]
+    closing: bool
+
+    def _restart(self, url: str, say: Callable[[str], None]) -> None:
+        raise NotImplementedError  # LocalCluster's
+
+    def kill(self, url: str, say: Callable[[str], None]) -> None:
+        """SIGKILL to member `url`: it dies with no chance to flush or say goodbye, and
+        stays down (the main loop logs it) until `restart`."""
+        process = self._running(url, "kill")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        with self.lock:
+            self.paused.discard(url)
+        say(f"killed {url} (kill -9, pid {process.pid}); `restart` starts it again on its data")
+
+    def pause(self, url: str, say: Callable[[str], None]) -> None:
+        """SIGSTOP to member `url`: it holds its connections and answers nothing, like a
+        machine in a long GC pause or a stalled VM, until `resume`."""
+        process = self._running(url, "pause")
+        with self.lock:
+            if url in self.paused:
+                raise ActionFailed(f"{url} is paused already")
+            process.send_signal(signal.SIGSTOP)
+            self.paused.add(url)
+        say(f"paused {url} (SIGSTOP, pid {process.pid})")
+
+    def resume(self, url: str, say: Callable[[str], None]) -> None:
+        process = self._running(url, "resume")
+        with self.lock:
+            if url not in self.paused:
+                raise ActionFailed(f"{url} is not paused")
+            process.send_signal(signal.SIGCONT)
+            self.paused.discard(url)
+        say(f"resumed {url} (SIGCONT, pid {process.pid})")
+
+    def wipe(self, url: str, say: Callable[[str], None]) -> None:
+        """kill -9 member `url`, delete its data folder and start it again on an empty
+        one: a machine whose disk is lost, replaced by a blank one at the same address.
+        What it held survives only on its peers' copies."""
+        if not self.changing.acquire(blocking=False):
+            raise ActionFailed(
+                "another add, remove, restart or wipe is under way on this cluster; wait for it"
+            )
+        try:
+            with self.lock:
+                if url not in self.processes:
+                    raise ActionFailed(
+                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
+                    )
+                process, data_dir = self.processes[url], self.data_dirs[url]
+                self.down.setdefault(url, -signal.SIGKILL)  # no failure: it is asked for
+                self.paused.discard(url)
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                say(f"killed {url} (kill -9, pid {process.pid})")
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir.mkdir(parents=True)
+            say(f"deleted its data folder {data_dir}")
+            self._restart(url, say)
+        finally:
+            self.changing.release()
+
+    def _running(self, url: str, action: str) -> subprocess.Popen[bytes]:
+        with self.lock:
+            if url not in self.processes:
+                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
+            if self.closing:
+                raise ActionFailed("the cluster is stopping")
+            if url in self.unwatched:
+                raise ActionFailed(f"{url} is being restarted; {action} it once it serves")
+            process = self.processes[url]
+            if process.poll() is not None:
+                raise ActionFailed(
+                    f"{url} is down (exit code {process.returncode}); restart it first"
+                )
+            return process
+
+    def node_states(self) -> list[dict[str, object]]:
+        """Each member's process as the cockpit shows it: "running", "paused", "down"
+        (with its exit code) or "restarting", and its pid."""
+        with self.lock:
+            states: list[dict[str, object]] = []
+            for url in self.urls:
+                process = self.processes[url]
+                code = process.poll()
+                if url in self.unwatched:
+                    state = "restarting"
+                elif code is not None:
+                    state = "down"
+                else:
+                    state = "paused" if url in self.paused else "running"
+                states.append({"url": url, "state": state, "pid": process.pid, "exit_code": code})
+            return states
