@@ -131,6 +131,7 @@ def test_the_page_kills_pauses_and_restarts_nodes_and_shows_each_on_the_timeline
     assert "exited with code -9 (SIGKILL); the other nodes serve on" in cluster.output()
 
 
+@rule("6.7", "6.8")
 def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
     tmp_path: Path,
 ) -> None:
