@@ -51,6 +51,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("dht.testbed.cluster")
 
 
+def signal_name(code: int) -> str:
+    """ " (SIGKILL)" for an exit code of -9; "" for an exit, or a signal with no name."""
+    try:
+        return f" ({signal.Signals(-code).name})" if code < 0 else ""
+    except ValueError:  # a real-time signal (SIGRTMIN+N)
+        return ""
+
+
 def run_cluster(args: argparse.Namespace) -> int:
     urls = [f"http://{args.host}:{args.base_port + i}" for i in range(args.nodes)]
     extra = passed_settings(args)
@@ -130,7 +138,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                     "`python -m dht cluster restart %s --data-dir %s` starts it again on its data",
                     url,
                     code,
-                    f" ({signal.Signals(-code).name})" if code < 0 else "",
+                    signal_name(code),
                     url,
                     args.data_dir,
                 )

@@ -30,8 +30,10 @@ Every POST and DELETE needs the header X-Cockpit: 1 and a Host naming this serve
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -320,15 +322,20 @@ class Cockpit:
         return web.FileResponse(path, headers={"Cache-Control": "no-store"})
 
     def _local_request(self, request: web.Request) -> bool:
-        """Whether the Host header names this server, when it listens on loopback only.
-        A DNS-rebinding page would send its own host name, and gets nothing."""
-        if self.config.host in _WILDCARD_HOSTS:
-            return True
+        """Whether the Host header names this server. A DNS-rebinding page would send its
+        own host name, and gets nothing: on a wildcard address, the Host must be an IP
+        address (no name to rebind), a loopback name or this machine's name."""
         try:
-            hostname = URL(f"http://{request.host}").host or ""
+            hostname = (URL(f"http://{request.host}").host or "").strip("[]")
         except ValueError:  # a Host header that is no host at all
             return False
-        return hostname.strip("[]") in _LOOPBACK_NAMES | {self.config.host}
+        if self.config.host in _WILDCARD_HOSTS:
+            try:
+                ipaddress.ip_address(hostname)
+                return True
+            except ValueError:
+                return hostname in _LOOPBACK_NAMES | {socket.gethostname(), socket.getfqdn()}
+        return hostname in _LOOPBACK_NAMES | {self.config.host}
 
     async def _forward(
         self,

@@ -68,9 +68,9 @@ class ProcessFaults:
         self.urls = urls
         self.timeline = timeline
         self._clock = clock
-        # Nodes with an action under way: the watch leaves their timeline to the action,
-        # so a kill shows as "kill -9 node2", not as an exit seen a moment before.
-        self._busy: set[str] = set()
+        # Actions under way per node: the watch leaves its timeline to them, so a kill
+        # shows as "kill -9 node2", not as an exit seen a moment before.
+        self._busy: dict[str, int] = {}
 
     async def states(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
         """Each node's process state (running, paused, down, restarting), in the
@@ -92,11 +92,13 @@ class ProcessFaults:
         else (status, one line saying why), and notes it on the timeline."""
         name, url = self.names[index], self.urls[index]
         started = self._clock()
-        self._busy.add(name)
+        self._busy[name] = self._busy.get(name, 0) + 1
         try:
             status, lines = await self._ask(session, action, url)
         finally:
-            self._busy.discard(name)
+            self._busy[name] -= 1
+            if not self._busy[name]:
+                del self._busy[name]
         if status == 200:
             self._note(action, name, self._clock() - started)
             log.info("%s %s: %s", action, name, " / ".join(lines))
@@ -141,20 +143,26 @@ class ProcessFaults:
             timeline.instant(f"{action}:{name}", label, "process", seconds)
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
-        """Until cancelled: a node that exits with no kill from here (a crash, a kill
-        from a terminal) begins a fault on the timeline, and its restart (from here or
-        `cluster restart`) ends it."""
+        """Until cancelled, once a second: a node that exits with no kill from here (a
+        crash, a kill from a terminal) begins a fault on the timeline, and its restart
+        (from here or `cluster restart`) ends it; a pause from a terminal begins one,
+        and whatever ends it (resume, kill, restart, from anywhere) ends it. A fault
+        shorter than a second from a terminal (a wipe) may pass unseen."""
         while True:
             try:
                 for node in await self.states(session):
                     name = node["name"]
                     if name in self._busy:
                         continue
-                    key = f"process:{name}"
-                    if node["state"] == "down" and not self.timeline.is_open(key):
+                    key, paused, state = f"process:{name}", f"pause:{name}", node["state"]
+                    if state == "paused":
+                        self.timeline.begin(paused, f"pause {name}", "process")
+                    else:
+                        self.timeline.end(paused)
+                    if state == "down" and not self.timeline.is_open(key):
                         code = node.get("exit_code")
                         self.timeline.begin(key, f"{name} exited (code {code})", "process")
-                    elif node["state"] == "running" and self.timeline.is_open(key):
+                    elif state in ("running", "paused") and self.timeline.is_open(key):
                         self.timeline.end(key)
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
                 pass  # the page shows the control server's trouble when it asks

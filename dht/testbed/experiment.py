@@ -23,7 +23,7 @@ from dht.history.run import Run
 from dht.history.run_folder import PLOT_FILE, SUMMARY_FILE, new_run_dir, write_run
 from dht.history.verdict import Report
 from dht.testbed.fault_timeline import FaultTimeline
-from dht.testbed.probe import FINAL_READ_DEADLINE, TIMEOUT, Probe
+from dht.testbed.probe import FINAL_READ_DEADLINE, MAX_RECORDED, TIMEOUT, Probe
 
 log = logging.getLogger("dht.testbed.cockpit")
 
@@ -109,7 +109,9 @@ class Experiment:
                 },
             )
             folder = new_run_dir(SCENARIO, self.runs)
-            result = await asyncio.to_thread(_write, folder, run, unread, stopped - started)
+            result = await asyncio.to_thread(
+                _write, folder, run, unread, self.probe.dropped, stopped - started
+            )
         finally:
             self.checking = False
         self.results.append(result)
@@ -126,10 +128,20 @@ class Experiment:
         }
 
 
-def _write(folder: Path, run: Run, unread: list[str], seconds: float) -> Result:
+def _write(folder: Path, run: Run, unread: list[str], dropped: int, seconds: float) -> Result:
     """Writes and checks the run (matplotlib draws for a second: off the event loop)."""
     from dht.history.checker import check
 
+    if dropped:
+        # The oldest operations are gone: a value read may come from a write the
+        # history no longer has, and would be judged one from nowhere.
+        write_run(folder, run)
+        summary = (
+            f"not checked: the recording outgrew {MAX_RECORDED} operations and dropped "
+            f"its oldest {dropped}; record shorter experiments (or a lower --probe-rate)"
+        )
+        (folder / SUMMARY_FILE).write_text(summary + "\n")
+        return Result(folder.name, seconds, summary, None)
     if unread:
         # The data files are written before the check, which refuses a written key with
         # no final state: the history stays to look at, unjudged.

@@ -10,15 +10,14 @@ history shares, and the wall one, which the page shows).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dht.history.run import FaultWindow
 
-# The page shows the latest faults; an experiment longer than this many is cut short at
-# its oldest (the recording says so).
+# Faults kept: past this many, the oldest that has ended is forgotten (one still lasting
+# never is, so a fault is never healed by forgetting it).
 KEPT_EVENTS = 1000
 
 
@@ -45,14 +44,21 @@ class FaultTimeline:
     ) -> None:
         self._clock = clock
         self._wall = wall
-        self._events: deque[FaultEvent] = deque(maxlen=kept)
+        self._kept = kept
+        self._events: list[FaultEvent] = []
 
     def begin(self, key: str, label: str, kind: str) -> None:
         """A fault under `key` begins, unless one under it lasts already (a second cut
         of a cut link changes nothing)."""
         if self.is_open(key):
             return
-        self._events.append(FaultEvent(key, label, kind, self._clock(), self._wall()))
+        self._add(FaultEvent(key, label, kind, self._clock(), self._wall()))
+
+    def _add(self, event: FaultEvent) -> None:
+        self._events.append(event)
+        if len(self._events) > self._kept:
+            ended = next((i for i, e in enumerate(self._events) if e.ended is not None), 0)
+            del self._events[ended]
 
     def end(self, key: str) -> None:
         """Heals the fault under `key`, if one lasts."""
@@ -71,9 +77,7 @@ class FaultTimeline:
     def instant(self, key: str, label: str, kind: str, seconds: float) -> None:
         """A fault that is over already, such as a restart that took `seconds`."""
         now = self._clock()
-        self._events.append(
-            FaultEvent(key, label, kind, now - seconds, self._wall() - seconds, now)
-        )
+        self._add(FaultEvent(key, label, kind, now - seconds, self._wall() - seconds, now))
 
     def is_open(self, key: str) -> bool:
         return any(event.key == key and event.ended is None for event in self._events)

@@ -78,6 +78,7 @@ class LocalCluster(NodeFaults):
         # others serve on, and `restart` starts them again on their data.
         self.down: dict[str, int] = {}
         self.paused: set[str] = set()  # members stopped with SIGSTOP, until SIGCONT
+        self.restarting: set[str] = set()  # no kill, pause or resume meanwhile
         # How a member's process is started (set by the command: with --chaos, in its
         # links), and the restarts waiting for the main thread to start them: a process
         # in a network namespace dies with the thread that started it, and the control
@@ -171,23 +172,28 @@ class LocalCluster(NodeFaults):
             started: Future[subprocess.Popen[bytes]] = Future()
             if old.poll() is None:
                 self.down[url] = 0  # stopping it is no failure of the cluster
-        if old.poll() is None:
-            say(f"stopping {url}")
-            stop_all([old])
-        with self.lock:
-            self.to_start.append((url, command, started))
-        process = started.result(timeout=START_DEADLINE)  # unwatched by the main thread
-        say(f"started {url} again on {self.data_dirs[url]}")
+            self.restarting.add(url)
         try:
-            wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
-        except RuntimeError as exc:
-            raise ActionFailed(str(exc)) from None
+            if old.poll() is None:
+                say(f"stopping {url}")
+                stop_all([old])
+            with self.lock:
+                self.to_start.append((url, command, started))
+            process = started.result(timeout=START_DEADLINE)  # unwatched by the main thread
+            say(f"started {url} again on {self.data_dirs[url]}")
+            try:
+                wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
+            except RuntimeError as exc:
+                raise ActionFailed(str(exc)) from None
+            finally:
+                with self.lock:
+                    self.unwatched.pop(url, None)
+                    self.processes[url] = process
+                    if process.poll() is None:
+                        self.down.pop(url, None)  # watched again: its next exit is told
         finally:
             with self.lock:
-                self.unwatched.pop(url, None)
-                self.processes[url] = process
-                if process.poll() is None:
-                    self.down.pop(url, None)  # watched again: its next exit is told
+                self.restarting.discard(url)
         say(f"{url} serves again")
 
     # -- the control server and cluster.json ---------------------------------------------

@@ -27,6 +27,7 @@ class NodeFaults:
     data_dirs: dict[str, Path]
     down: dict[str, int]
     paused: set[str]
+    restarting: set[str]  # from the start of a restart until the new process serves
     closing: bool
 
     def _restart(self, url: str, say: Callable[[str], None]) -> None:
@@ -83,7 +84,15 @@ class NodeFaults:
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 say(f"killed {url} (kill -9, pid {process.pid})")
-            shutil.rmtree(data_dir, ignore_errors=True)
+            try:
+                shutil.rmtree(data_dir)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise ActionFailed(
+                    f"{url} is down, and its data folder could not be deleted: {exc}; "
+                    "`restart` starts it again on what is left"
+                ) from None
             data_dir.mkdir(parents=True)
             say(f"deleted its data folder {data_dir}")
             self._restart(url, say)
@@ -96,7 +105,7 @@ class NodeFaults:
                 raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
             if self.closing:
                 raise ActionFailed("the cluster is stopping")
-            if url in self.unwatched:
+            if url in self.unwatched or url in self.restarting:
                 raise ActionFailed(f"{url} is being restarted; {action} it once it serves")
             process = self.processes[url]
             if process.poll() is not None:

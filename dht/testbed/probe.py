@@ -45,6 +45,8 @@ MAX_RECORDED = 90_000
 # How long the final reads retry after the recording stops (a breaker may be open, a
 # node restarting).
 FINAL_READ_DEADLINE = 10.0
+# One final read's wait for one node: the other nodes are tried next.
+FINAL_READ_TIMEOUT = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Probe:
         self._sequence = 0
         self._writer = secrets.token_hex(3)  # in every value: unique across cockpit runs
         self.keys = KEYS
+        self._recording_keys: frozenset[str] = frozenset()
+        self._recordings = 0
         self._recorded: deque[Op] | None = None
         self.dropped = 0  # recorded operations dropped past MAX_RECORDED
         self.skipped = 0  # ticks with MAX_IN_FLIGHT operations waiting
@@ -118,18 +122,23 @@ class Probe:
             kind = Kind.DELETE
         else:
             kind = Kind.GET
+        invoked = self._clock()
         op = await send(session, self.nodes[index], kind, key, value, self._clock, index)
-        self._note(index, op)
+        self._note(index, invoked, op)
 
-    def _note(self, index: int, op: Op) -> None:
+    def _note(self, index: int, invoked: float, op: Op | None) -> None:
+        """`op` None: the node refused the connection, so the operation never reached
+        it: a failure for the figures, and nothing the history needs (recorded as "no
+        answer", a refused write would be one that may take effect at any time, and
+        could explain away a lost write)."""
         now = self._clock()
-        failed = op.status is None or op.status >= 500
-        seconds = (op.completed if op.completed is not None else now) - op.invoked
+        failed = op is None or op.status is None or op.status >= 500
+        seconds = (now if op is None or op.completed is None else op.completed) - invoked
         samples = self._samples[index]
         samples.append(Sample(now, seconds, failed))
         while samples and samples[0].completed < now - WINDOW:
             samples.popleft()
-        if self._recorded is not None and op.key in self.keys:  # not one sent before
+        if op is not None and self._recorded is not None and op.key in self._recording_keys:
             if len(self._recorded) == MAX_RECORDED:
                 self.dropped += 1
             self._recorded.append(op)
@@ -162,45 +171,68 @@ class Probe:
         return self._recorded is not None
 
     def record(self) -> None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.keys = tuple(f"cockpit-{stamp}-{self._writer}-{i:02d}" for i in range(KEY_COUNT))
+        """From now on, operations go to keys of the recording's own, never written
+        before it (the checker must know every write a value read can come from), and
+        are kept."""
+        self._recordings += 1
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{self._writer}-{self._recordings}"
+        self.keys = tuple(f"cockpit-{stamp}-{index:02d}" for index in range(KEY_COUNT))
+        self._recording_keys = frozenset(self.keys)
         self._recorded = deque(maxlen=MAX_RECORDED)
         self.dropped = 0
 
     async def recorded(self) -> list[Op]:
-        """Stops recording once the operations in flight have their answer (or time
-        out), and returns every operation recorded, in invoke order."""
+        """Stops recording and returns every operation recorded, in invoke order. New
+        operations go back to the probe's own keys at once; the ones in flight on the
+        recording's keys are waited for (each ends by TIMEOUT), so none of them can land
+        unrecorded before the final reads."""
+        self.keys = KEYS
         if self._in_flight:
             await asyncio.wait(set(self._in_flight), timeout=TIMEOUT + 1.0)
         ops = sorted(self._recorded or (), key=lambda op: op.invoked)
         self._recorded = None
-        self.keys = KEYS
+        self._recording_keys = frozenset()
         return ops
 
     async def final_state(
         self, session: aiohttp.ClientSession, keys: set[str]
     ) -> tuple[dict[str, bytes | None], dict[str, Window], list[str]]:
-        """A GET of each key, through each node in turn until one answers 200 or 404
-        (retried until FINAL_READ_DEADLINE, for all keys together): the value or None,
-        when that read ran, and the keys no node answered for."""
+        """A GET of each key until a node answers 200 or 404: the value or None, when
+        that read ran, and the keys no node answered for. Each key is tried on every
+        node (FINAL_READ_TIMEOUT each, so a paused node costs a second), and tried again
+        while FINAL_READ_DEADLINE lasts; a node that did not answer is asked last."""
         final: dict[str, bytes | None] = {}
         final_at: dict[str, Window] = {}
         unread = []
         deadline = self._clock() + FINAL_READ_DEADLINE
-        for number, key in enumerate(sorted(keys)):
-            attempt = number
-            while True:
-                index = attempt % len(self.nodes)
-                op = await send(session, self.nodes[index], Kind.GET, key, None, self._clock, index)
-                if op.status in (200, 404) and op.completed is not None:
-                    final[key] = op.value
-                    final_at[key] = (op.invoked, op.completed)
-                    break
-                if self._clock() >= deadline:
+        silent: set[int] = set()  # nodes that did not answer a final read
+        for key in sorted(keys):
+            read = False
+            while not read:
+                order = sorted(range(len(self.nodes)), key=lambda index: index in silent)
+                for index in order:
+                    op = await send(
+                        session,
+                        self.nodes[index],
+                        Kind.GET,
+                        key,
+                        None,
+                        self._clock,
+                        index,
+                        FINAL_READ_TIMEOUT,
+                    )
+                    if op is not None and op.status in (200, 404) and op.completed is not None:
+                        final[key] = op.value
+                        final_at[key] = (op.invoked, op.completed)
+                        silent.discard(index)
+                        read = True
+                        break
+                    silent.add(index)
+                if not read and self._clock() >= deadline:
                     unread.append(key)
                     break
-                attempt += 1
-                await asyncio.sleep(0.1)
+                if not read:
+                    await asyncio.sleep(0.2)
         return final, final_at, unread
 
 
@@ -212,18 +244,22 @@ async def send(
     value: bytes | None,
     clock: Callable[[], float],
     index: int,
-) -> Op:
-    """One operation on `node`, recorded; no answer within TIMEOUT (or a connection
-    refused or lost) is recorded with no status and no completion."""
+    wait: float = TIMEOUT,
+) -> Op | None:
+    """One operation on `node`, recorded; no answer within `wait` seconds (or a connection
+    lost) is recorded with no status and no completion: it may take effect later. None
+    when the node refused the connection: the request never left."""
     url = f"{node}/v0/entity?id={quote(key, safe='')}"
     name = f"node{index + 1}"
     invoked = clock()
     try:
         async with session.request(
-            kind.value, url, data=value, timeout=aiohttp.ClientTimeout(total=TIMEOUT)
+            kind.value, url, data=value, timeout=aiohttp.ClientTimeout(total=wait)
         ) as response:
             body = await response.read()
             status = response.status
+    except aiohttp.ClientConnectorError:
+        return None
     except (TimeoutError, aiohttp.ClientError, OSError):
         return Op(kind, key, value, invoked, None, None, None, name)
     completed = clock()

@@ -99,9 +99,13 @@ def test_the_page_kills_pauses_and_restarts_nodes_and_shows_each_on_the_timeline
 
         press(driver, "restart", "node3")
         wait_for_process(driver, "node3", "running")
-        rows = fault_rows(driver)
-        assert rows.get("kill -9 node3") == "no", rows
-        assert rows.get("restart node3") == "no", rows
+        wait_until(
+            driver,
+            lambda d: (
+                fault_rows(d).get("kill -9 node3") == fault_rows(d).get("restart node3") == "no"
+            ),
+            "the kill ended and the restart on the timeline",
+        )
 
         # node3 came back with its acknowledged writes: with node1 and node2 paused, a
         # read at 1/3 through it can only answer from its own data.
@@ -123,8 +127,11 @@ def test_the_page_kills_pauses_and_restarts_nodes_and_shows_each_on_the_timeline
         press(driver, "resume", "node2")
         for name in ("node1", "node2"):
             wait_for_process(driver, name, "running")
-        rows = fault_rows(driver)
-        assert rows.get("pause node1") == rows.get("pause node2") == "no", rows
+        wait_until(
+            driver,
+            lambda d: fault_rows(d).get("pause node1") == fault_rows(d).get("pause node2") == "no",
+            "both pauses ended on the timeline",
+        )
         assert driver.execute_script("return document.getElementById('error').hidden"), text_of(
             driver, "#error-text"
         )
@@ -152,10 +159,14 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
             timeout=60.0,
         )
         assert answer.status == 200, answer
-        faults = wait_timeline(cluster, lambda faults: not faults[-1]["ongoing"])
+        faults = wait_timeline(
+            cluster, lambda faults: len(faults) == 2 and not faults[-1]["ongoing"]
+        )
         assert [fault["label"] for fault in faults] == ["restart node2", "node2 exited (code -9)"]
-        # The same faults from a terminal, as `cluster pause|resume URL`.
-        for action in ("pause", "resume"):
+        # The same faults from a terminal, as `cluster pause|resume URL`: the cockpit's
+        # watch puts the pause on its timeline, and ends it at the resume.
+        data_dir = str(tmp_path / "data")
+        for action, ongoing in (("pause", True), ("resume", False)):
             done = subprocess.run(
                 [
                     sys.executable,
@@ -165,14 +176,19 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
                     action,
                     victim["url"],
                     "--data-dir",
-                    str(tmp_path / "data"),
+                    data_dir,
                 ],
                 capture_output=True,
                 text=True,
                 timeout=30,
             )
             assert done.returncode == 0 and f"{action}d {victim['url']}" in done.stdout, done
-        faults = wait_timeline(cluster, lambda faults: len(faults) == 2)  # none from here
+            faults = wait_timeline(
+                cluster,
+                lambda faults, ongoing=ongoing: (
+                    faults[0]["label"] == "pause node2" and faults[0]["ongoing"] is ongoing
+                ),
+            )
         refused = request("POST", cluster.dashboard + "/processes/1/kill")  # no X-Cockpit
         assert refused.status == 403, refused
         refused = request(

@@ -85,3 +85,12 @@ def test_link_changes_through_toxiproxy_begin_and_end_faults_and_a_reset_ends_th
     assert [event.ended for event in faults.events()] == [102.0, 102.0, 104.0]
     note_link_change(faults, "POST", "/proxies/x", b"not json")  # nothing, no error
     assert len(faults.events()) == 3
+
+
+def test_a_full_timeline_forgets_an_ended_fault_never_a_lasting_one() -> None:
+    faults = FaultTimeline(kept=2)
+    faults.begin("cut", "cut node1-to-node2", "link")
+    faults.instant("r1", "restart node1", "process", 0.1)
+    faults.instant("r2", "restart node2", "process", 0.1)
+    assert [event.label for event in faults.events()] == ["cut node1-to-node2", "restart node2"]
+    assert faults.is_open("cut")
