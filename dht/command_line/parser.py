@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster",
         help="run a local cluster of N nodes, or add, remove, restart or fault one of its nodes",
         usage="%(prog)s [flags]\n       %(prog)s add [--data-dir DATA_DIR]\n"
-        "       %(prog)s {remove,restart,kill,pause,resume,wipe} URL [--data-dir DATA_DIR]",
+        "       %(prog)s {remove,restart,kill,pause,resume,wipe,skew} URL [--data-dir DATA_DIR]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start N node processes on consecutive ports, wait until all answer, "
         "print their URLs,\nand stop them all on Ctrl-C or SIGTERM.\n\n"
@@ -127,13 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
         "  pause URL    SIGSTOP: it answers nothing and holds its connections, until "
         "`resume URL`\n"
         "  wipe URL     kill -9, delete its data folder and start it again empty (a "
-        "lost disk)",
+        "lost disk)\n"
+        "  skew URL     restart it with its clock 120 s ahead (--clock-skew), or, if it is, "
+        "with its\n               clock right again (dht's own nodes only)",
         epilog=NODE_COMMAND_EPILOG,
     )
     cluster.add_argument(
         "action",
         nargs="?",
-        choices=["add", "remove", "restart", "kill", "pause", "resume", "wipe"],
+        choices=["add", "remove", "restart", "kill", "pause", "resume", "wipe", "skew"],
         help="change the membership of the cluster running on --data-dir, or restart or "
         "fault one of its nodes (default: start a cluster)",
     )

@@ -69,6 +69,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.host, args.data_dir, extra, environment, chaos=args.chaos)
     if args.node_command is not None:
         cluster.command_for = template_command(args.node_command)
+        cluster.skews = None
         cluster.fixed_membership = (
             "a --node-command cluster cannot add or remove nodes: membership changes are "
             "dht's own API (python -m dht membership), not the v0 API its nodes serve"

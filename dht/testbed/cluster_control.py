@@ -54,11 +54,13 @@ class ControlledCluster(Protocol):
 
     def wipe(self, url: str, say: Callable[[str], None]) -> None: ...
 
+    def skew(self, url: str, say: Callable[[str], None]) -> None: ...
+
     def node_states(self) -> list[dict[str, object]]: ...
 
 
 # The actions on one node (POST /ACTION with {"url": ...}).
-NODE_ACTIONS = ("remove", "restart", "kill", "pause", "resume", "wipe")
+NODE_ACTIONS = ("remove", "restart", "kill", "pause", "resume", "wipe", "skew")
 
 
 class ControlServer(ThreadingHTTPServer):

@@ -20,10 +20,11 @@ import aiohttp
 
 from dht.testbed.cluster_control import CONTROL_FILE, TOKEN_HEADER
 from dht.testbed.fault_timeline import FaultTimeline
+from dht.testbed.node_faults import SKEW_SECONDS
 
 log = logging.getLogger("dht.testbed.cockpit")
 
-PROCESS_ACTIONS = ("kill", "pause", "resume", "restart", "wipe")
+PROCESS_ACTIONS = ("kill", "pause", "resume", "restart", "wipe", "skew")
 # kill, pause and resume take a moment; a restart or a wipe waits until the node serves.
 ACTION_TIMEOUT = aiohttp.ClientTimeout(total=60.0)
 STATES_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
@@ -136,6 +137,13 @@ class ProcessFaults:
             timeline.begin(f"pause:{name}", f"pause {name}", "process")
         elif action == "resume":
             timeline.end(f"pause:{name}")
+        elif action == "skew":  # a restart, with the clock skewed or right again
+            timeline.end(f"pause:{name}")
+            timeline.end(f"process:{name}")
+            if timeline.is_open(f"skew:{name}"):
+                timeline.end(f"skew:{name}")
+            else:
+                timeline.begin(f"skew:{name}", f"clock of {name} {SKEW_SECONDS:+g} s", "process")
         else:  # restart or wipe: whatever kept the node down or stopped ends
             timeline.end(f"pause:{name}")
             timeline.end(f"process:{name}")
@@ -159,6 +167,12 @@ class ProcessFaults:
                         self.timeline.begin(paused, f"pause {name}", "process")
                     else:
                         self.timeline.end(paused)
+                    skew = node.get("clock_skew")
+                    if isinstance(skew, (int, float)) and skew:
+                        label = f"clock of {name} {skew:+g} s"
+                        self.timeline.begin(f"skew:{name}", label, "process")
+                    elif skew is not None:
+                        self.timeline.end(f"skew:{name}")
                     if state == "down" and not self.timeline.is_open(key):
                         code = node.get("exit_code")
                         self.timeline.begin(key, f"{name} exited (code {code})", "process")

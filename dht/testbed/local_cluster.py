@@ -96,6 +96,9 @@ class LocalCluster(NodeFaults):
         # Why `add` and `remove` are refused, if they are: nodes that are not dht's have
         # no membership API for them to drive.
         self.fixed_membership: str | None = None
+        # Members restarted with their clock skewed (`skew`), by how many seconds; None
+        # when the nodes are not dht's (--node-command), which take no such flag.
+        self.skews: dict[str, float] | None = {}
         self.highest_port = 0  # of any node this run started: a port is never used twice
         self.highest_index = 0  # N of the node-N folders
         self.closing = False
@@ -169,6 +172,8 @@ class LocalCluster(NodeFaults):
                 old.send_signal(signal.SIGCONT)  # a stopped process cannot stop cleanly
             self.paused.discard(url)
             command = self.command_for(url, self.data_dirs[url], list(self.urls))
+            if self.skews and url in self.skews:
+                command += ["--clock-skew", f"{self.skews[url]:g}"]  # the last one counts
             started: Future[subprocess.Popen[bytes]] = Future()
             if old.poll() is None:
                 self.down[url] = 0  # stopping it is no failure of the cluster

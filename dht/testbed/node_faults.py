@@ -16,6 +16,10 @@ from pathlib import Path
 
 from dht.testbed.cluster_control import ActionFailed
 
+# The clock skew `skew` gives a node: twice the default --max-clock-drift, so its peers
+# refuse its writes as too far ahead (SPEC.md rule 8.4).
+SKEW_SECONDS = 120.0
+
 
 class NodeFaults:
     # The fields of LocalCluster these methods share with it, under `lock`.
@@ -28,6 +32,7 @@ class NodeFaults:
     down: dict[str, int]
     paused: set[str]
     restarting: set[str]  # from the start of a restart until the new process serves
+    skews: dict[str, float] | None  # None: the nodes take no --clock-skew
     closing: bool
 
     def _restart(self, url: str, say: Callable[[str], None]) -> None:
@@ -99,6 +104,43 @@ class NodeFaults:
         finally:
             self.changing.release()
 
+    def skew(self, url: str, say: Callable[[str], None]) -> None:
+        """Restarts dht node `url` with its clock SKEW_SECONDS ahead (`--clock-skew`),
+        or, if it is skewed, with its clock right again: further off than the default
+        --max-clock-drift, so its peers refuse what it writes."""
+        if self.skews is None:
+            raise ActionFailed(
+                "the clock skew is a flag of dht's own nodes; these nodes run another "
+                "implementation (--node-command)"
+            )
+        if not self.changing.acquire(blocking=False):
+            raise ActionFailed(
+                "another add, remove, restart or wipe is under way on this cluster; wait for it"
+            )
+        try:
+            with self.lock:
+                if url not in self.processes:
+                    raise ActionFailed(
+                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
+                    )
+                skewed = self.skews.pop(url, None)
+                if skewed is None:
+                    self.skews[url] = SKEW_SECONDS
+            say(
+                f"restarting {url} with its clock right again"
+                if skewed is not None
+                else f"restarting {url} with its clock {SKEW_SECONDS:g} s ahead"
+            )
+            self._restart(url, say)
+            if skewed is not None and skewed > 0:
+                say(
+                    f"its versions stay ahead for up to {skewed:g} s more: a node never "
+                    "goes below the highest version it used (SPEC.md 8.7), so its peers "
+                    "refuse its writes until the clock passes it"
+                )
+        finally:
+            self.changing.release()
+
     def _running(self, url: str, action: str) -> subprocess.Popen[bytes]:
         with self.lock:
             if url not in self.processes:
@@ -128,5 +170,13 @@ class NodeFaults:
                     state = "down"
                 else:
                     state = "paused" if url in self.paused else "running"
-                states.append({"url": url, "state": state, "pid": process.pid, "exit_code": code})
+                entry: dict[str, object] = {
+                    "url": url,
+                    "state": state,
+                    "pid": process.pid,
+                    "exit_code": code,
+                }
+                if self.skews is not None:
+                    entry["clock_skew"] = self.skews.get(url, 0.0)
+                states.append(entry)
             return states

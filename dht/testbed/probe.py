@@ -200,7 +200,12 @@ class Probe:
         """A GET of each key until a node answers 200 or 404: the value or None, when
         that read ran, and the keys no node answered for. Each key is tried on every
         node (FINAL_READ_TIMEOUT each, so a paused node costs a second), and tried again
-        while FINAL_READ_DEADLINE lasts; a node that did not answer is asked last."""
+        while FINAL_READ_DEADLINE lasts; a node that did not answer is asked last.
+
+        The first tries read every node (`replicas=N/N`, the newest wins): the state the
+        cluster converges to, even while a write is on one replica only (a lost disk's
+        peers not repaired yet), where a quorum read taken at once could miss it and
+        call it lost. With a node down that read fails, and the node's default is read."""
         final: dict[str, bytes | None] = {}
         final_at: dict[str, Window] = {}
         unread = []
@@ -208,6 +213,7 @@ class Probe:
         silent: set[int] = set()  # nodes that did not answer a final read
         for key in sorted(keys):
             read = False
+            everyone: str | None = f"{len(self.nodes)}/{len(self.nodes)}"
             while not read:
                 order = sorted(range(len(self.nodes)), key=lambda index: index in silent)
                 for index in order:
@@ -220,6 +226,7 @@ class Probe:
                         self._clock,
                         index,
                         FINAL_READ_TIMEOUT,
+                        everyone,
                     )
                     if op is not None and op.status in (200, 404) and op.completed is not None:
                         final[key] = op.value
@@ -228,6 +235,9 @@ class Probe:
                         read = True
                         break
                     silent.add(index)
+                if not read and everyone is not None:
+                    everyone = None  # a node is down: its default replicas then
+                    continue
                 if not read and self._clock() >= deadline:
                     unread.append(key)
                     break
@@ -245,11 +255,14 @@ async def send(
     clock: Callable[[], float],
     index: int,
     wait: float = TIMEOUT,
+    replicas: str | None = None,
 ) -> Op | None:
     """One operation on `node`, recorded; no answer within `wait` seconds (or a connection
     lost) is recorded with no status and no completion: it may take effect later. None
     when the node refused the connection: the request never left."""
     url = f"{node}/v0/entity?id={quote(key, safe='')}"
+    if replicas is not None:
+        url += f"&replicas={replicas}"
     name = f"node{index + 1}"
     invoked = clock()
     try:
@@ -261,8 +274,8 @@ async def send(
     except aiohttp.ClientConnectorError:
         return None
     except (TimeoutError, aiohttp.ClientError, OSError):
-        return Op(kind, key, value, invoked, None, None, None, name)
+        return Op(kind, key, value, invoked, None, None, None, name, replicas)
     completed = clock()
     if kind is Kind.GET:
         value = body if status == 200 else None
-    return Op(kind, key, value, invoked, completed, status, None, name)
+    return Op(kind, key, value, invoked, completed, status, None, name, replicas)

@@ -217,3 +217,27 @@ def save_screenshot(driver: Any) -> None:
     )
     driver.set_window_size(1300, height + chrome)
     driver.save_screenshot(str(SCREENSHOT))
+
+
+@rule("6.7", "6.8")
+def test_the_clock_skew_toggle_restarts_a_dht_node_skewed_and_back(tmp_path: Path) -> None:
+    """No browser: the page's skew button is this POST."""
+    with running_cluster(tmp_path, 3, "--probe-rate", "0") as cluster:
+        node2 = cluster.node_urls[1]
+        skew = cluster.dashboard + "/processes/1/skew"
+        answer = request("POST", skew, headers={"X-Cockpit": "1"}, timeout=60.0)
+        assert answer.status == 200 and b"120 s ahead" in answer.body, answer
+        states = json.loads(cluster.get("/processes").body)["nodes"]
+        assert [state["clock_skew"] for state in states] == [0.0, 120.0, 0.0]
+        # Its peers refuse what it writes: versions 120 s ahead, past --max-clock-drift.
+        refused = request("PUT", entity_url(node2, "skewed"), b"from the future")
+        assert refused.status != 201, refused
+        faults = wait_timeline(cluster, lambda faults: bool(faults))
+        assert (faults[0]["label"], faults[0]["ongoing"]) == ("clock of node2 +120 s", True)
+        answer = request("POST", skew, headers={"X-Cockpit": "1"}, timeout=60.0)
+        assert answer.status == 200 and b"clock right again" in answer.body, answer
+        assert b"stay ahead for up to 120 s more" in answer.body, answer
+        node1 = cluster.node_urls[0]
+        assert request("PUT", entity_url(node1, "right"), b"now").status == 201
+        faults = wait_timeline(cluster, lambda faults: not faults[0]["ongoing"])
+        assert faults[0]["label"] == "clock of node2 +120 s", faults
