@@ -49,13 +49,15 @@ class Change:
     """A membership change run by the driver in a thread, as an operator's command runs
     beside the traffic."""
 
-    def __init__(self, via: Sequence[Node], new: Sequence[str]) -> None:
+    def __init__(self, via: Sequence[Node], new: Sequence[str], dead: Sequence[str] = ()) -> None:
         self.began = time.monotonic()
         self.ended: float | None = None
         self.report: ChangeReport | None = None
         self.error: BaseException | None = None
         secret = cluster_secret(via[0])
-        coroutine = change_membership([node.url for node in via], list(new), secret=secret)
+        coroutine = change_membership(
+            [node.url for node in via], list(new), dead=list(dead), secret=secret
+        )
         self._thread = threading.Thread(target=self._run, args=(coroutine,), daemon=True)
         self._thread.start()
 
@@ -75,11 +77,12 @@ class Change:
         return self.report
 
 
-def preload(node: Node, count: int) -> None:
-    """`count` records written through `node` at the default quorum, 8 at a time."""
+def preload(node: Node, count: int, replicas: str | None = None) -> None:
+    """`count` records written through `node` at `replicas` (by default the default
+    quorum), 8 at a time."""
 
     def put(index: int) -> None:
-        expect(node.put(f"preload-{index:06d}", b"x" * 100), 201)
+        expect(node.put(f"preload-{index:06d}", b"x" * 100, replicas), 201)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(put, range(count)))

@@ -145,6 +145,8 @@ def run_membership(args: argparse.Namespace) -> int:
             change_membership(
                 args.nodes,
                 args.new,
+                dead=args.dead,
+                accept_loss=args.accept_loss,
                 secret=args.secret or None,
                 step_deadline=args.step_deadline,
                 say=lambda line: print(line, flush=True),

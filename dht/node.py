@@ -196,6 +196,7 @@ class Node:
             "node": self.config.self_url,
             "cluster": list(self.membership.topology.current.nodes),
             "ring_identity": self.membership.identity,
+            "vnodes": self.config.vnodes,
             "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),

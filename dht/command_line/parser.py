@@ -215,10 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the next\nbegins, so no two nodes are ever more than one step apart. Nodes "
         "the --to list adds\nmust be running already, started with `python -m dht "
         "node ... --join` and a --cluster\nof the current nodes plus themselves; "
-        "nodes it leaves out can be stopped once this\nexits 0. A node that does not "
-        "answer holds the change where it is, up to\n--step-deadline; run the same "
-        "command again and it resumes from the step the nodes\nreached. Prints each "
-        "step, then the seconds each took and the records each node sent\nand "
+        "nodes it leaves out can be stopped once this\nexits 0. A node that "
+        "does not answer at all stops the change within 10 s,\nwhere it is (before the "
+        "first step, the cluster serves on unchanged), naming it; one\nthat is busy "
+        "holds the change up to --step-deadline. Run the same command again and it\n"
+        "resumes from the step the nodes reached. A node gone for good is removed with "
+        "--dead.\nPrints each "
+        "step, then the seconds each took and the records each node sent and\n"
         "deleted; exits 1 with one `error:` line if the change cannot go on. For a "
         "local\n`python -m dht cluster`, `cluster add` and `cluster remove` do all "
         "of this.",
@@ -240,6 +243,23 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="URL,URL,...",
         help="every node of the cluster after the change, comma-separated",
+    )
+    membership.add_argument(
+        "--dead",
+        type=node_url_list,
+        default=[],
+        metavar="URL,URL,...",
+        help="nodes of the cluster that are gone for good (their disk is lost), left out "
+        "of --to: they are asked nothing, and the nodes that stay hand off what they held "
+        "from their own copies. With --to naming a new node too, the new node replaces "
+        "them. Before the first step the command prints how much of the key space has "
+        "every copy on the nodes removed",
+    )
+    membership.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="go on even where keys written with F of 2 or more may have no live copy "
+        "left (two or more dead nodes next to each other on the ring): they are lost",
     )
     membership.add_argument(
         "--secret",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import mmh3
 
@@ -74,3 +74,21 @@ class Ring:
                 if len(found) == count:
                     break
         return found
+
+    def arcs(self) -> Iterator[tuple[float, list[str]]]:
+        """Every arc of the hash space that places keys alike: its share of the space and
+        its preference list (every node, in the order a key in it meets them; a key's
+        replica set of F copies is the first F)."""
+        space = 1 << 64
+        previous = self._tokens[-1] - space
+        size = len(self._owners)
+        for index, point in enumerate(self._tokens):
+            order: list[str] = []
+            for step in range(size):
+                owner = self._owners[(index + step) % size]
+                if owner not in order:
+                    order.append(owner)
+                    if len(order) == len(self.nodes):
+                        break
+            yield (point - previous) / space, order
+            previous = point

@@ -135,15 +135,22 @@ class TopologyState:
     """What a node persists of its membership: the phase, the node lists, and a counter
     that grows by one at every step (a handoff's progress is kept under it). The lists
     are kept sorted: their order places nothing (the ring sorts them too), so two states
-    of the same step compare equal."""
+    of the same step compare equal.
+
+    `dead`: nodes of `current` that leave and are gone for good (`membership --dead`):
+    they take no step and hand nothing off, so the nodes that stay hand off the records
+    they held, from the copies they have. Part of a change, not of its step: the same
+    step with more dead nodes is the same step (a second node lost mid-change)."""
 
     epoch: int
     phase: str
     current: tuple[str, ...]
     next: tuple[str, ...] | None = None
+    dead: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "current", tuple(sorted(self.current)))
+        object.__setattr__(self, "dead", tuple(sorted(set(self.dead))))
         if self.next is not None:
             object.__setattr__(self, "next", tuple(sorted(self.next)))
         if self.phase not in PHASES:
@@ -156,11 +163,21 @@ class TopologyState:
             raise ValueError("next must list at least one node")
         if self.epoch < 0:
             raise ValueError("epoch must not be negative")
+        if self.dead and self.next is None:
+            raise ValueError("dead nodes are named only in a change (joint or handoff)")
+        if self.next is not None and not set(self.dead) <= set(self.current) - set(self.next):
+            raise ValueError("a dead node must be one of the current nodes that leave")
 
     def placement(self, vnodes: int) -> Topology:
         return Topology(
             Ring(self.current, vnodes), None if self.next is None else Ring(self.next, vnodes)
         )
+
+    @property
+    def joining_seed(self) -> bool:
+        """The first state of a node started with `--join`: joint at epoch 0, which no
+        step of a change ever is (the first joint step is epoch 1 or more)."""
+        return self.epoch == 0 and self.phase == JOINT
 
     @property
     def members(self) -> frozenset[str]:
@@ -172,8 +189,14 @@ class TopologyState:
 
     def check_successor(self, proposed: TopologyState) -> None:
         """Raises BadTransition unless `proposed` is this state again or the step after it:
-        stable(A) -> joint(A, B) -> handoff(A, B) -> stable(B)."""
+        stable(A) -> joint(A, B) -> handoff(A, B) -> stable(B).
+
+        A node started with `--join` (joint at epoch 0, a seed from its `--cluster`)
+        takes the joint step of any change: its `--cluster` names the nodes it joins, not
+        those a replacement removes, which it cannot know."""
         if self.same_step(proposed):
+            return
+        if self.joining_seed and proposed.phase == JOINT:
             return
         allowed = {
             STABLE: JOINT,
@@ -196,19 +219,22 @@ class TopologyState:
             raise BadTransition("the new stable nodes must be the ones the handoff went to")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        state: dict[str, Any] = {
             "epoch": self.epoch,
             "phase": self.phase,
             "current": list(self.current),
             "next": None if self.next is None else list(self.next),
         }
+        if self.dead:  # only in a change that removes nodes gone for good
+            state["dead"] = list(self.dead)
+        return state
 
     @classmethod
     def from_json(cls, data: Any) -> TopologyState:
         """Raises ValueError for anything that is not a well-formed state."""
         if not isinstance(data, dict):
             raise ValueError("a topology state is a JSON object")
-        unknown = set(data) - {"epoch", "phase", "current", "next"}
+        unknown = set(data) - {"epoch", "phase", "current", "next", "dead"}
         if unknown:
             raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
         epoch = data.get("epoch")
@@ -219,6 +245,7 @@ class TopologyState:
             str(data.get("phase")),
             _node_list(data.get("current"), "current"),
             None if data.get("next") is None else _node_list(data["next"], "next"),
+            _node_list(data.get("dead", []), "dead"),
         )
 
 
@@ -259,6 +286,9 @@ def steps_to_resume(
     take again (a 200 that changes nothing). When all are in one step, that step is
     taken again, so that a handoff interrupted there is waited for."""
     target = tuple(sorted(new))
+    # Nodes started with --join take whatever joint step comes (`check_successor`):
+    # their seeds say nothing of where the change stands, unless only they answer.
+    states = [state for state in states if not state.joining_seed] or list(states)
     changing = {(state.current, state.next) for state in states if state.phase != STABLE}
     if len(changing) > 1:
         raise UnclearChange(
@@ -309,3 +339,33 @@ def _position(state: TopologyState, old: tuple[str, ...], new: tuple[str, ...]) 
         f"a node is {state.phase} of {', '.join(state.current)}, which is no step of the "
         f"change from {', '.join(old)} to {', '.join(new)}"
     )
+
+
+@dataclass(frozen=True)
+class Risk:
+    """For the keys written with `copies` (the F of `replicas=A/F`), the share of the
+    key space whose copies are all on nodes a change removes (`removed`), and the share
+    whose copies are all on dead nodes (`lost`: no live node has them)."""
+
+    copies: int
+    removed: float
+    lost: float
+
+
+def data_at_risk(old: Ring, leaving: Collection[str], dead: Collection[str]) -> list[Risk]:
+    """Per F from 1 to the ring's size, the key space a removal of `leaving` (the dead
+    ones among them named in `dead`) leaves with no copy on a node that stays, and with
+    no live copy at all; only the F where either is more than nothing."""
+    gone, lost = set(leaving), set(dead)
+    risks = []
+    for copies in range(1, len(old) + 1):
+        removed = without = 0.0
+        for share, order in old.arcs():
+            replicas = set(order[:copies])
+            if replicas <= gone:
+                removed += share
+                if replicas <= lost:
+                    without += share
+        if removed > 0:
+            risks.append(Risk(copies, removed, without))
+    return risks

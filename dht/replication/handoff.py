@@ -6,7 +6,11 @@ owners that need it under the ring it moves to:
 
 - in the handoff phase, to the next ring: a record this node keeps goes to its owners
   that were not owners before (the others already hold it); a record this node leaves
-  goes to every owner in the next ring;
+  goes to every owner in the next ring. When the change names dead nodes (gone for
+  good, `membership --dead`), which hand nothing off, the records they held reach their
+  new owners from the copies the nodes that stay have: of the old owners that keep a
+  record, only the first that is not dead sends it, so a record is streamed once, not
+  once per surviving copy;
 - in a stable phase, to the current ring: a record this node does not own (written to it
   during the change, or handed to it late) goes to every owner.
 
@@ -183,6 +187,7 @@ class Handoff:
         topology = self._membership.topology  # the placement of `state`
         target = topology.next or topology.current
         before = topology.current if state.phase == HANDOFF else None
+        dead = frozenset(state.dead)
         progress = self.progress
         start = b"" if progress.cursor is None else bytes.fromhex(progress.cursor) + b"\0"
         self.total = progress.scanned + await asyncio.to_thread(self._storage.count, start)
@@ -199,7 +204,7 @@ class Handoff:
         try:
             while (batch := self._read_batch(start)) is not None:
                 scanned, last_key = batch
-                moves = [self._move(key, record, target, before) for key, record in scanned]
+                moves = [self._move(key, record, target, before, dead) for key, record in scanned]
                 kept = await self._send([move for move in moves if move is not None], pace)
                 self._kept |= kept
                 progress.kept += len(kept)
@@ -269,7 +274,14 @@ class Handoff:
             return None
         return batch, batch[-1][0]
 
-    def _move(self, key: bytes, record: Record, target: Ring, before: Ring | None) -> _Move | None:
+    def _move(
+        self,
+        key: bytes,
+        record: Record,
+        target: Ring,
+        before: Ring | None,
+        dead: frozenset[str] = frozenset(),
+    ) -> _Move | None:
         owners = holders(target, key, record.copies)
         if self._self_url not in owners:
             receivers = owners
@@ -277,6 +289,10 @@ class Handoff:
             return None
         else:
             held = holders(before, key, record.copies)
+            if dead:
+                keepers = [url for url in held if url in owners and url not in dead]
+                if keepers and keepers[0] != self._self_url:
+                    return None  # the first keeper that is alive sends it
             receivers = [url for url in owners if url not in held]
         receivers = [url for url in receivers if url != self._self_url]
         leaving = self._self_url not in owners

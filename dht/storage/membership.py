@@ -61,10 +61,13 @@ class Membership:
         BadTransition otherwise); says whether anything changed. Persisted first."""
         self.state.check_successor(proposed)
         if self.state.same_step(proposed):
-            if proposed.epoch != self.state.epoch:  # a joining node learns the count
+            more_dead = proposed.dead != self.state.dead  # a node lost mid-change
+            if proposed.epoch != self.state.epoch or more_dead:  # a joining node learns the count
                 save_state(self._path, proposed)
                 self.state = proposed
-            return False
+            if more_dead:
+                log.info("membership: %s gone for good", ", ".join(proposed.dead) or "none")
+            return more_dead
         save_state(self._path, proposed)
         self.state = proposed
         self.topology = proposed.placement(self._vnodes)

@@ -42,6 +42,7 @@ class Change:
     action: str  # "add" or "remove"
     url: str  # the node added or removed
     new: tuple[str, ...]  # every node once it is done
+    dead: tuple[str, ...] = ()  # removed nodes whose process is gone: asked nothing
 
 
 class LocalCluster(NodeFaults):
@@ -290,8 +291,15 @@ class LocalCluster(NodeFaults):
                 raise ActionFailed(f"{url} is the cluster's last node: stop the cluster instead")
             self._check_stable(urls)
             new = tuple(u for u in urls if u != url)
-            self.unfinished = Change("remove", url, new)
-            self._change(urls, new, say)
+            with self.lock:
+                gone = self.processes[url].poll() is not None
+            if gone:
+                say(
+                    f"{url} is down: removing it as dead (the nodes that stay hand off "
+                    "what it held from their own copies)"
+                )
+            self.unfinished = Change("remove", url, new, (url,) if gone else ())
+            self._change(urls, new, say, self.unfinished.dead)
             self._finish(say)
 
     def _one_change(self) -> _Held:
@@ -342,7 +350,13 @@ class LocalCluster(NodeFaults):
                 f"epoch {state.epoch}): finish it with `python -m dht membership` first"
             )
 
-    def _change(self, via: list[str], new: tuple[str, ...], say: Callable[[str], None]) -> None:
+    def _change(
+        self,
+        via: list[str],
+        new: tuple[str, ...],
+        say: Callable[[str], None],
+        dead: tuple[str, ...] = (),
+    ) -> None:
         import asyncio
 
         import aiohttp
@@ -350,7 +364,15 @@ class LocalCluster(NodeFaults):
         from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
 
         try:
-            report = asyncio.run(change_membership(via, list(new), secret=self.secret, say=say))
+            report = asyncio.run(
+                change_membership(
+                    [url for url in via if url not in dead],
+                    list(new),
+                    dead=list(dead),
+                    secret=self.secret,
+                    say=say,
+                )
+            )
         except ChangeFailed as exc:
             raise ActionFailed(
                 f"{exc} (the next `cluster add` or `cluster remove` resumes it first)"
@@ -396,7 +418,7 @@ class LocalCluster(NodeFaults):
             urls = list(self.urls)
         state = topology_state(urls)
         if not (state.phase == STABLE and set(state.current) == set(change.new)):
-            self._change(urls, change.new, say)
+            self._change(urls, change.new, say, change.dead)
         self._finish(say)
         if (action, url) != (change.action, change.url if action == "remove" else None):
             say(f"that was all: run `cluster {action}` again for the change you asked for")

@@ -5,10 +5,17 @@
 one step at a time, going on only when *every* node of old and new has taken the step
 (`PUT /v0/admin/topology`, dht/web/membership_api.py), so no two nodes are ever more than
 one step apart, and after the two handoff steps only when every node reports its handoff
-done. A node that does not answer holds the change where it is (the change waits for it,
-up to `step_deadline`); run the same change again and it reads the step of every node of
-old and new and resumes from the least advanced one
+done. A node that does not answer at all stops the change within `no_answer_deadline`
+(10 s), where it is, saying which; one that answers but is busy (draining, handing off)
+is waited for up to `step_deadline`. Run the same change again and it reads the step of
+every node of old and new and resumes from the least advanced one
 (`dht.model.topology.steps_to_resume`).
+
+Nodes named `dead` (gone for good) are not asked anything: the change goes through with
+the live nodes, which hand off what the dead ones held from their own copies (see
+dht/replication/handoff.py). Before the first step the driver says how much of the key
+space has its only copies on the nodes removed, and refuses, unless `accept_loss`, when
+some of it (for F of 2 or more) has no live copy at all.
 """
 
 from __future__ import annotations
@@ -16,22 +23,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
+from dht.model.ring import Ring
 from dht.model.topology import (
     HANDOFF,
     JOINT,
     TopologyState,
     UnclearChange,
+    data_at_risk,
     steps_to_resume,
 )
 from dht.replication.wire import SECRET_HEADER
 from dht.web.membership_api import TOPOLOGY_PATH
 
 POLL = 0.2
+# A node that does not answer at all for this long stops the change (SPEC.md rule 13.8).
+NO_ANSWER_DEADLINE = 10.0
 
 
 class ChangeFailed(Exception):
@@ -59,23 +70,42 @@ async def change_membership(
     via: list[str],
     new: list[str],
     *,
+    dead: list[str] | None = None,
+    accept_loss: bool = False,
     secret: str | None = None,
     step_deadline: float = 120.0,
+    no_answer_deadline: float = NO_ANSWER_DEADLINE,
     say: Callable[[str], None] = lambda line: None,
 ) -> ChangeReport:
     """Changes the membership of the cluster `via` belongs to (any of its nodes) to `new`.
-    New nodes must be running already (started with `--join`)."""
+    New nodes must be running already (started with `--join`); `dead` nodes of the old
+    list are gone for good and are not asked anything."""
+    gone = sorted(set(dead or ()))
+    if overlap := sorted(set(gone) & set(new)):
+        raise ChangeFailed(
+            f"{', '.join(overlap)} is named dead and in the new node list: a dead node "
+            "can only leave"
+        )
     headers = {SECRET_HEADER: secret} if secret else {}
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-        states = await _steps_of_every_node(session, via, new, step_deadline)
+        states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
         try:
             old, steps = steps_to_resume(list(states.values()), new)
         except UnclearChange as exc:
             raise ChangeFailed(str(exc)) from None
         if not steps:
             raise ChangeFailed("the new node list is the current one: nothing to change")
-        nodes = sorted(set(old) | set(new))
+        if unknown := sorted(set(gone) - set(old)):
+            raise ChangeFailed(
+                f"{', '.join(unknown)} is named dead but is no node of the cluster: "
+                f"{', '.join(old)}"
+            )
+        steps = [step if step.next is None else replace(step, dead=tuple(gone)) for step in steps]
+        if gone or accept_loss:
+            vnodes = await _vnodes(session, sorted(states))
+            _check_risk(old, new, gone, vnodes, accept_loss, say)
+        nodes = sorted((set(old) | set(new)) - set(gone))
         before = steps[-1].epoch - 3  # the epoch of stable(old)
         if any(state.epoch > before for state in states.values()):
             say(f"resuming at step {steps[0].phase} (epoch {steps[0].epoch})")
@@ -83,10 +113,12 @@ async def change_membership(
         for step in steps:
             began = time.monotonic()
             say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
-            await _take_everywhere(session, nodes, step, step_deadline)
+            await _take_everywhere(session, nodes, step, step_deadline, no_answer_deadline)
             if step.phase != JOINT:
                 say("  handing off" if step.phase == HANDOFF else "  cleaning up")
-                handoffs = await _wait_for_handoffs(session, nodes, step, step_deadline, say)
+                handoffs = await _wait_for_handoffs(
+                    session, nodes, step, step_deadline, no_answer_deadline, say
+                )
                 for url, handoff in handoffs.items():
                     sent = sum(target["records_sent"] for target in handoff["targets"].values())
                     report.sent[url] = report.sent.get(url, 0) + sent
@@ -103,34 +135,98 @@ async def change_membership(
 
 
 async def _steps_of_every_node(
-    session: aiohttp.ClientSession, via: list[str], new: list[str], deadline: float
+    session: aiohttp.ClientSession,
+    via: list[str],
+    new: list[str],
+    dead: list[str],
+    deadline: float,
 ) -> dict[str, TopologyState]:
     """The step of every node of the change, by URL: the `via` nodes (at least one must
-    answer), the nodes of `new`, and every node any of them lists (the old nodes), each
-    asked again until it answers, up to `deadline`. Every node, not only the one asked:
-    a change stopped between two nodes' steps resumes from the least advanced one."""
+    answer), the nodes of `new`, and every node any of them lists (the old nodes), but
+    the dead ones, each asked again until it answers, up to `deadline`. Every node, not
+    only the one asked: a change stopped between two nodes' steps resumes from the least
+    advanced one."""
     states: dict[str, TopologyState] = {}
     errors: dict[str, str] = {}
     for url in via:
-        await _read_step(session, url, states, errors)
+        if url not in dead:
+            await _read_step(session, url, states, errors)
     if not states:
         raise ChangeFailed("no node answered: " + "; ".join(errors.values()))
     until = time.monotonic() + deadline
     while True:
-        wanted = set(new).union(*(state.members for state in states.values()))
+        wanted = set(new).union(*(state.members for state in states.values())) - set(dead)
         missing = sorted(wanted - states.keys())
         if not missing:
             return states
         for url in missing:
             await _read_step(session, url, states, errors)
-        if not all(url in states for url in missing):
+        silent = [url for url in missing if url not in states]
+        if silent:
             if time.monotonic() > until:
                 raise ChangeFailed(
-                    f"could not read the step of every node within {deadline:.0f} s: "
-                    + "; ".join(errors[url] for url in missing if url not in states)
-                    + ". Run the same change again once they answer"
+                    f"{', '.join(silent)} did not answer within {deadline:.0f} s ("
+                    + "; ".join(errors[url] for url in silent)
+                    + "): no step was taken, the cluster serves on as it was. "
+                    + _dead_hint(silent, new)
                 )
             await asyncio.sleep(POLL)
+
+
+async def _vnodes(session: aiohttp.ClientSession, nodes: list[str]) -> int:
+    """The virtual nodes per node the cluster places keys with, from a node's status."""
+    for url in nodes:
+        try:
+            return int((await _get_json(session, url + "/v0/status"))["vnodes"])
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, TypeError):
+            continue
+    raise ChangeFailed("no node said how many virtual nodes it places keys with")
+
+
+def _dead_hint(silent: list[str], new: list[str]) -> str:
+    """What to do about nodes that do not answer: wait for them, or, if they are gone
+    for good, name them dead (which only a node that leaves can be)."""
+    leaving = [url for url in silent if url not in new]
+    staying = [url for url in silent if url in new]
+    hint = "Run the same change again once they answer"
+    if leaving:
+        hint += f"; if {', '.join(leaving)} is gone for good, --dead {','.join(leaving)} removes it"
+    if staying:
+        hint += (
+            f"; {', '.join(staying)} is in the new list: leave it out of --to (and name it "
+            "in --dead) if it is gone for good"
+        )
+    return hint
+
+
+def _check_risk(
+    old: tuple[str, ...],
+    new: list[str],
+    dead: list[str],
+    vnodes: int,
+    accept_loss: bool,
+    say: Callable[[str], None],
+) -> None:
+    """Says how much of the key space the change leaves with its copies only on removed
+    nodes, and refuses, unless `accept_loss`, when keys written with F of 2 or more may
+    have no live copy at all (F = 1 keys on a dead node are gone whatever one does)."""
+    leaving = sorted(set(old) - set(new))
+    if not leaving:
+        return
+    risks = data_at_risk(Ring(old, vnodes), leaving, dead)
+    for risk in risks:
+        say(
+            f"keys written with F={risk.copies}: {risk.removed:.1%} of the key space has "
+            f"every copy on the nodes removed"
+            + (f", {risk.lost:.1%} on dead nodes only (no live copy)" if risk.lost else "")
+        )
+    unsafe = [risk for risk in risks if risk.lost and risk.copies >= 2]
+    if unsafe and not accept_loss:
+        raise ChangeFailed(
+            f"keys written with F={unsafe[0].copies} may have no live copy left "
+            f"({unsafe[0].lost:.1%} of the key space): they would be lost. Bring a dead "
+            "node back if you can; --accept-loss goes on without them"
+        )
 
 
 async def _read_step(
@@ -153,15 +249,21 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
 
 
 async def _take_everywhere(
-    session: aiohttp.ClientSession, nodes: list[str], step: TopologyState, deadline: float
+    session: aiohttp.ClientSession,
+    nodes: list[str],
+    step: TopologyState,
+    deadline: float,
+    no_answer_deadline: float,
 ) -> None:
     body = step.to_json()
     waiting = {url: "not asked yet" for url in nodes}
+    silent_since: dict[str, float] = {}
     until = time.monotonic() + deadline
     while waiting:
         for url in list(waiting):
             try:
                 async with session.put(url + TOPOLOGY_PATH, json=body) as response:
+                    silent_since.pop(url, None)
                     if response.status == 200:
                         del waiting[url]
                         continue
@@ -171,7 +273,9 @@ async def _take_everywhere(
                     waiting[url] = reason
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 waiting[url] = f"no answer ({str(exc) or type(exc).__name__})"
+                silent_since.setdefault(url, time.monotonic())
         if waiting:
+            _stop_if_silent(silent_since, waiting, no_answer_deadline, step, nodes)
             if time.monotonic() > until:
                 raise ChangeFailed(
                     f"step {step.phase} (epoch {step.epoch}) not taken within {deadline:.0f} s "
@@ -182,17 +286,40 @@ async def _take_everywhere(
             await asyncio.sleep(POLL)
 
 
+def _stop_if_silent(
+    silent_since: dict[str, float],
+    why: dict[str, str],
+    deadline: float,
+    step: TopologyState,
+    nodes: list[str],
+) -> None:
+    """Raises ChangeFailed once a node has not answered at all for `deadline`."""
+    now = time.monotonic()
+    silent = sorted(url for url, since in silent_since.items() if now - since > deadline)
+    if silent:
+        new = list(step.next or step.current)
+        raise ChangeFailed(
+            f"{', '.join(silent)} did not answer for {deadline:.0f} s ("
+            + "; ".join(why[url] for url in silent)
+            + f"): the change stopped at step {step.phase} (epoch {step.epoch}), which the "
+            "nodes serve in. " + _dead_hint(silent, new)
+        )
+
+
 async def _wait_for_handoffs(
     session: aiohttp.ClientSession,
     nodes: list[str],
     step: TopologyState,
     deadline: float,
+    no_answer_deadline: float,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Until every node's handoff of `step` is done; returns each one's figures. The
     deadline counts from the last progress any node made, so a long handoff that moves
     is never cut short."""
     scanned: dict[str, int] = {}
+    silent_since: dict[str, float] = {}
+    silent_why: dict[str, str] = {}
     until = time.monotonic() + deadline
     last_said = time.monotonic()
     while True:
@@ -201,8 +328,11 @@ async def _wait_for_handoffs(
         for url in nodes:
             try:
                 handoff = (await _get_json(session, url + "/v0/status"))["membership"]["handoff"]
+                silent_since.pop(url, None)
             except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-                pending.append(f"{url}: no answer ({str(exc) or type(exc).__name__})")
+                silent_why[url] = f"no answer ({str(exc) or type(exc).__name__})"
+                pending.append(f"{url}: {silent_why[url]}")
+                silent_since.setdefault(url, time.monotonic())
                 continue
             if handoff["epoch"] == step.epoch and handoff["done"]:
                 done[url] = handoff
@@ -216,6 +346,7 @@ async def _wait_for_handoffs(
             )
         if not pending:
             return done
+        _stop_if_silent(silent_since, silent_why, no_answer_deadline, step, nodes)
         if time.monotonic() > until:
             raise ChangeFailed(
                 f"handoff of epoch {step.epoch} made no progress for {deadline:.0f} s: "

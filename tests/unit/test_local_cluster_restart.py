@@ -151,7 +151,9 @@ def test_a_restart_during_a_remove_of_that_node_does_not_bring_it_back(
     changing = threading.Event()
     proceed = threading.Event()
 
-    def slow_change(via: list[str], new: tuple[str, ...], say: Callable[[str], None]) -> None:
+    def slow_change(
+        via: list[str], new: tuple[str, ...], say: Callable[[str], None], dead: object = ()
+    ) -> None:
         changing.set()
         proceed.wait(10)
 

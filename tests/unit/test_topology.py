@@ -20,6 +20,7 @@ from dht.model.topology import (
     TopologyState,
     UnclearChange,
     change_steps,
+    data_at_risk,
     phases,
     range_sources_needed,
     steps_to_resume,
@@ -328,3 +329,59 @@ def test_steps_that_make_no_one_change_are_not_resumed(
 def test_a_change_to_other_nodes_under_way_is_finished_first() -> None:
     with pytest.raises(UnclearChange, match="under way; finish it first"):
         steps_to_resume([JOINT_STEP] * 4, urls(5))
+
+
+# -- nodes gone for good (SPEC.md rule 13.8) ---------------------------------------------
+
+NODES4 = ("http://a:1", "http://b:1", "http://c:1", "http://d:1")
+
+
+def test_dead_nodes_are_named_only_in_a_change_and_only_among_those_that_leave() -> None:
+    joint = TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://a:1",))
+    assert TopologyState.from_json(joint.to_json()) == joint
+    assert "dead" not in TopologyState(0, STABLE, NODES4).to_json()
+    for bad in (
+        lambda: TopologyState(0, STABLE, NODES4, None, ("http://a:1",)),
+        lambda: TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://b:1",)),  # it stays
+        lambda: TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://z:1",)),  # no member
+    ):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_the_same_step_with_more_dead_nodes_is_the_same_step() -> None:
+    one = TopologyState(1, JOINT, NODES4, NODES4[2:], ("http://a:1",))
+    two = TopologyState(1, JOINT, NODES4, NODES4[2:], ("http://a:1", "http://b:1"))
+    assert one.same_step(two)
+    one.check_successor(two)
+
+
+def test_a_joining_node_takes_the_joint_step_of_a_replacement_it_could_not_know() -> None:
+    seed = TopologyState(
+        0, JOINT, ("http://b:1", "http://c:1"), ("http://b:1", "http://c:1", "http://e:1")
+    )
+    replace = TopologyState(
+        4,
+        JOINT,
+        ("http://a:1", "http://b:1", "http://c:1"),
+        ("http://b:1", "http://c:1", "http://e:1"),
+        ("http://a:1",),
+    )
+    seed.check_successor(replace)
+    stable = TopologyState(3, STABLE, ("http://a:1", "http://b:1", "http://c:1"))
+    old, steps = steps_to_resume([stable, stable, seed], ["http://b:1", "http://c:1", "http://e:1"])
+    assert old == ("http://a:1", "http://b:1", "http://c:1")
+    assert [(step.epoch, step.phase) for step in steps] == [(4, JOINT), (5, HANDOFF), (6, STABLE)]
+
+
+def test_data_at_risk_is_the_key_space_whose_copies_are_all_on_removed_or_dead_nodes() -> None:
+    ring = Ring(NODES4, 64)
+    (one_dead,) = data_at_risk(ring, ["http://a:1"], ["http://a:1"])
+    assert one_dead.copies == 1
+    assert one_dead.removed == one_dead.lost == pytest.approx(ring.shares()["http://a:1"])
+    leaving_alive = data_at_risk(ring, ["http://a:1", "http://b:1"], [])
+    assert [risk.copies for risk in leaving_alive] == [1, 2]
+    assert all(risk.lost == 0 and risk.removed > 0 for risk in leaving_alive)
+    two_dead = data_at_risk(ring, ["http://a:1", "http://b:1"], ["http://a:1", "http://b:1"])
+    assert two_dead[1].copies == 2 and two_dead[1].lost == two_dead[1].removed > 0
+    assert data_at_risk(ring, [], []) == []

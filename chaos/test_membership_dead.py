@@ -1,0 +1,162 @@
+"""When a node is gone for good (SPEC.md rules 13.7 and 13.8): it is removed, or
+replaced, with `membership --dead`, under load, with the history checker on.
+
+- kill -9 one of 4 nodes and remove it: what it held reaches its new owners from the
+  copies the others have, once per key that lacked a copy;
+- kill -9 one of 3 and replace it with a new node in the same change: the new node is
+  filled from the survivors;
+- a second node dies in the middle of a removal's streaming: the change stops within
+  10 s naming it, and goes on to its end once it is back.
+
+Every case: 0 acknowledged writes lost, 0 stale reads, and at the end every key sits on
+exactly its owners, checked on each node's own records. The preload writes at 2/3, so
+on 4 nodes a key has 3 copies and a dead node's keys lack one. DHT_MEMBERSHIP_RECORDS
+sets how many (default 3000). Run with -s to see the figures.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.test_membership import (
+    CLIENT_TIMEOUT,
+    KEYS,
+    RECORDS,
+    SEED,
+    SETTINGS,
+    Change,
+    await_exact_placement,
+    finish,
+    joining,
+    preload,
+    start,
+)
+from dht.config import NodeConfig
+from dht.conformance.launcher import Cluster, wait_for
+from dht.conformance.rules import rule
+from dht.conformance.traffic import Clients, Mix
+from dht.history.run_folder import FaultWindow
+from dht.model.ring import Ring
+from dht.testbed.membership import ChangeFailed
+
+PRELOAD_REPLICAS = "2/3"
+
+
+def lacking_a_copy(urls: list[str], dead: str, count: int) -> int:
+    """How many preloaded keys had a copy on the dead node: each lacks one after it."""
+    ring = Ring(urls, NodeConfig.vnodes)
+    return sum(dead in ring.replicas_for(f"preload-{i:06d}".encode(), 3) for i in range(count))
+
+
+@rule("13.8")
+def test_kill_one_of_four_and_remove_it_as_dead_under_load(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 4, SETTINGS)
+    nodes = cluster.nodes
+    try:
+        start(nodes)
+        preload(nodes[1], RECORDS, PRELOAD_REPLICAS)
+        survivors = nodes[1:]
+        clients = Clients(survivors[:2], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        nodes[0].kill()
+        lacking = lacking_a_copy(cluster.urls, nodes[0].url, RECORDS)
+        change = Change(survivors, [node.url for node in survivors], dead=[nodes[0].url])
+        report = change.wait()
+        await_exact_placement(survivors, [])
+        sent = sum(report.sent.values())
+        print(
+            f"\nremove a dead node: {lacking} of {RECORDS} preloaded keys lacked a copy; "
+            f"{sent} records streamed ({sent / lacking:.3f} per key that lacked one)"
+        )
+        fault = FaultWindow("kill -9 node1 (gone for good)", killed_at, time.monotonic())
+        finish(
+            "membership-remove-dead",
+            clients,
+            survivors[:2],
+            [("remove node1 --dead", change)],
+            [fault],
+        )
+        assert lacking <= sent <= lacking * 1.05 + len(KEYS), (sent, lacking)
+    finally:
+        cluster.stop()
+
+
+@rule("13.8")
+def test_kill_one_of_three_and_replace_it_with_a_new_node(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 4, SETTINGS)
+    nodes = cluster.nodes
+    try:
+        for node in nodes[:3]:
+            node.topology = cluster.urls[:3]
+        start(nodes[:3])
+        preload(nodes[0], RECORDS)
+        survivors = nodes[:2]
+        clients = Clients(survivors, KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
+        killed_at = time.monotonic()
+        nodes[2].kill()
+        start([joining(nodes[3], survivors)])
+        new = [*survivors, nodes[3]]
+        change = Change(survivors, [node.url for node in new], dead=[nodes[2].url])
+        report = change.wait()
+        await_exact_placement(new, [])
+        sent = sum(report.sent.values())
+        print(f"\nreplace a dead node: {sent} records streamed to the new node for {RECORDS}")
+        fault = FaultWindow("kill -9 node3 (gone for good)", killed_at, time.monotonic())
+        finish("membership-replace", clients, survivors, [("replace node3", change)], [fault])
+        assert RECORDS <= sent <= RECORDS * 1.05 + len(KEYS), sent
+    finally:
+        cluster.stop()
+
+
+@rule("13.7", "13.8")
+def test_a_second_node_dying_mid_streaming_stops_the_removal_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path, 4, SETTINGS)
+    nodes = cluster.nodes
+    try:
+        start(nodes)
+        preload(nodes[1], RECORDS, PRELOAD_REPLICAS)
+        survivors = nodes[1:]
+        clients = Clients(survivors[:2], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
+        killed_at = time.monotonic()
+        nodes[0].kill()
+        urls = [node.url for node in survivors]
+        change = Change(survivors, urls, dead=[nodes[0].url])
+        second = survivors[2]
+        wait_for(
+            lambda: second.status()["membership"]["handoff"],
+            lambda handoff: handoff["state"] == "streaming" and handoff["scanned"] > 0,
+            deadline=60.0,
+        )
+        second_at = time.monotonic()
+        second.kill()
+        with pytest.raises(ChangeFailed) as stopped:
+            change.wait(deadline=30.0)
+        stopped_after = time.monotonic() - second_at
+        assert second.url in str(stopped.value) and "did not answer" in str(stopped.value)
+        second.start()
+        restarted_at = time.monotonic()
+        again = Change(survivors, urls, dead=[nodes[0].url])
+        again.wait()
+        await_exact_placement(survivors, [])
+        print(f"\nthe removal stopped {stopped_after:.1f} s after the second node died")
+        faults = [
+            FaultWindow("kill -9 node1 (gone for good)", killed_at, time.monotonic()),
+            FaultWindow("remove node1 --dead, stopped", change.began, change.ended or second_at),
+            FaultWindow("kill -9 node4 mid-stream, restart", second_at, restarted_at),
+        ]
+        finish(
+            "membership-second-death",
+            clients,
+            survivors[:2],
+            [("remove node1 --dead, run again", again)],
+            faults,
+        )
+        assert stopped_after < 15.0, stopped_after
+    finally:
+        cluster.stop()
