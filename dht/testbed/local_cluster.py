@@ -1,9 +1,10 @@
-"""The nodes of a running `python -m dht cluster` and their processes, and the changes of
-its membership: `add` starts a node with `--join` and `remove` stops one, with the change
-(dht/testbed/membership.py) driven in between. The nodes are shared by the main loop,
-which watches them, and the control server's threads (cluster_control.py), which add and
-remove them: `LocalCluster` keeps them under a lock. Faults of one node's process (kill,
-pause, resume, wipe) are in node_faults.py.
+"""The nodes of a running `python -m dht cluster` and their processes: their start and
+restart, and the control server and `cluster.json`. The nodes are shared by the main
+loop, which watches them, and the control server's threads (cluster_control.py), which
+add, remove, restart and fault them: `LocalCluster` keeps them under a lock. The changes
+of its membership (add, remove) are in cluster_membership.py, the faults of one node's
+process (kill, pause, resume, wipe, skew) in node_faults.py: mixins over the same
+fields.
 """
 
 from __future__ import annotations
@@ -13,20 +14,16 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 
 from dht.config import url_port
-from dht.model.topology import STABLE, TopologyState
 from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer
+from dht.testbed.cluster_membership import Change, Held, MembershipChanges
 from dht.testbed.node_faults import NodeFaults
 from dht.testbed.node_processes import START_DEADLINE, node_command, stop_all, wait_until_serving
 
@@ -34,18 +31,7 @@ from dht.testbed.node_processes import START_DEADLINE, node_command, stop_all, w
 log = logging.getLogger("dht.testbed.cluster")
 
 
-@dataclass(frozen=True)
-class Change:
-    """An add or remove whose membership change has begun and not ended: the next add or
-    remove finishes it first (the change resumes from the step the nodes reached)."""
-
-    action: str  # "add" or "remove"
-    url: str  # the node added or removed
-    new: tuple[str, ...]  # every node once it is done
-    dead: tuple[str, ...] = ()  # removed nodes whose process is gone: asked nothing
-
-
-class LocalCluster(NodeFaults):
+class LocalCluster(NodeFaults, MembershipChanges):
     """The nodes of a running `cluster` and their processes, shared by the main loop,
     which logs a node that exits and starts the processes restarts ask for, and the
     control server's threads, which add, remove and restart nodes; `lock` guards every
@@ -159,7 +145,7 @@ class LocalCluster(NodeFaults):
             raise ActionFailed(
                 "another add, remove or restart is under way on this cluster; wait for it"
             )
-        with _Held(self.changing):
+        with Held(self.changing):
             self._restart(url, say)
 
     def _restart(self, url: str, say: Callable[[str], None]) -> None:
@@ -261,203 +247,3 @@ class LocalCluster(NodeFaults):
         finally:
             if locked:
                 self.lock.release()
-
-    # -- add and remove -----------------------------------------------------------------
-
-    def add(self, say: Callable[[str], None]) -> None:
-        with self._one_change():
-            if self.unfinished is not None:
-                self._resume(say, "add", None)
-                return
-            with self.lock:
-                urls = list(self.urls)
-            self._check_stable(urls)
-            url = self._start_joining(urls, say)
-            new = (*urls, url)
-            self.unfinished = Change("add", url, new)
-            self._change(urls, new, say)
-            self._finish(say)
-
-    def remove(self, url: str, say: Callable[[str], None]) -> None:
-        with self._one_change():
-            if self.unfinished is not None:
-                self._resume(say, "remove", url)
-                return
-            with self.lock:
-                urls = list(self.urls)
-            if url not in urls:
-                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(urls)}")
-            if len(urls) == 1:
-                raise ActionFailed(f"{url} is the cluster's last node: stop the cluster instead")
-            self._check_stable(urls)
-            new = tuple(u for u in urls if u != url)
-            with self.lock:
-                gone = self.processes[url].poll() is not None
-            if gone:
-                say(
-                    f"{url} is down: removing it as dead (the nodes that stay hand off "
-                    "what it held from their own copies)"
-                )
-            self.unfinished = Change("remove", url, new, (url,) if gone else ())
-            self._change(urls, new, say, self.unfinished.dead)
-            self._finish(say)
-
-    def _one_change(self) -> _Held:
-        if self.fixed_membership is not None:
-            raise ActionFailed(self.fixed_membership)
-        if self.chaos:
-            raise ActionFailed(
-                "a --chaos cluster cannot add or remove nodes: its Toxiproxy links are "
-                "made for the nodes it started with"
-            )
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove or restart is under way on this cluster; wait for it"
-            )
-        return _Held(self.changing)
-
-    def _start_joining(self, urls: list[str], say: Callable[[str], None]) -> str:
-        """Starts a node joining `urls`, not watched yet, and waits until it serves."""
-        with self.lock:
-            if self.closing:
-                raise ActionFailed("the cluster is stopping")
-            port = free_port_after(self.host, self.highest_port)
-            index = self.highest_index + 1
-            while (self.data_dir / f"node-{index}").exists():  # left by an earlier run
-                index += 1
-            url = f"http://{self.host}:{port}"
-            data_dir = self.data_dir / f"node-{index}"
-            command = self.command_for(url, data_dir, [*urls, url])
-            process = subprocess.Popen([*command, "--join"], env=self.environment)
-            self.unwatched[url] = process
-            self.data_dirs[url] = data_dir
-            self.highest_port, self.highest_index = port, index
-        say(f"started node {url} (data in {data_dir}), joining {len(urls)} nodes")
-        try:
-            wait_until_serving(url, process, time.monotonic() + START_DEADLINE)
-        except RuntimeError as exc:
-            stop_all([process])
-            with self.lock:
-                self.unwatched.pop(url, None)
-            raise ActionFailed(str(exc)) from None
-        return url
-
-    def _check_stable(self, urls: list[str]) -> None:
-        state = topology_state(urls)
-        if state.phase != STABLE:
-            raise ActionFailed(
-                f"a change to {', '.join(state.next or ())} is under way ({state.phase}, "
-                f"epoch {state.epoch}): finish it with `python -m dht membership` first"
-            )
-
-    def _change(
-        self,
-        via: list[str],
-        new: tuple[str, ...],
-        say: Callable[[str], None],
-        dead: tuple[str, ...] = (),
-    ) -> None:
-        import asyncio
-
-        import aiohttp
-
-        from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
-
-        try:
-            report = asyncio.run(
-                change_membership(
-                    [url for url in via if url not in dead],
-                    list(new),
-                    dead=list(dead),
-                    secret=self.secret,
-                    say=say,
-                )
-            )
-        except ChangeFailed as exc:
-            raise ActionFailed(
-                f"{exc} (the next `cluster add` or `cluster remove` resumes it first)"
-            ) from None
-        except (aiohttp.ClientError, OSError, ValueError, KeyError) as exc:  # timeouts too
-            raise ActionFailed(
-                f"the change stopped: {exc or type(exc).__name__} (the next `cluster add` "
-                "or `cluster remove` resumes it first)"
-            ) from None
-        for line in summary_lines(report):
-            say(line)
-
-    def _finish(self, say: Callable[[str], None]) -> None:
-        """The unfinished change is done: watch the node it added, or stop the one it
-        removed."""
-        change = self.unfinished
-        assert change is not None
-        self.unfinished = None
-        with self.lock:
-            self.urls = list(change.new)
-            if change.action == "add":
-                self.processes[change.url] = self.unwatched.pop(change.url)
-            else:
-                self.unwatched[change.url] = self.processes.pop(change.url)
-            if self.control is not None:
-                self._write_control_file()
-        if change.action == "add":
-            say(f"{change.url} is a member; the cluster has {len(change.new)} nodes")
-            return
-        say(f"stopping {change.url}; the cluster has {len(change.new)} nodes")
-        with self.lock:
-            process = self.unwatched[change.url]
-        stop_all([process])
-        with self.lock:
-            self.unwatched.pop(change.url, None)
-        say(f"{change.url} stopped; its data stays in {self.data_dirs[change.url]}")
-
-    def _resume(self, say: Callable[[str], None], action: str, url: str | None) -> None:
-        change = self.unfinished
-        assert change is not None
-        say(f"first finishing the unfinished {change.action} of {change.url}")
-        with self.lock:
-            urls = list(self.urls)
-        state = topology_state(urls)
-        if not (state.phase == STABLE and set(state.current) == set(change.new)):
-            self._change(urls, change.new, say, change.dead)
-        self._finish(say)
-        if (action, url) != (change.action, change.url if action == "remove" else None):
-            say(f"that was all: run `cluster {action}` again for the change you asked for")
-
-
-class _Held:
-    """Releases a lock already acquired when its `with` block ends."""
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-
-def free_port_after(host: str, port: int) -> int:
-    """The first port above `port` nothing listens on (a bind says so)."""
-    for candidate in range(port + 1, 65536):
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, candidate))
-            except OSError:
-                continue
-        return candidate
-    raise ActionFailed(f"no free port above {port}")
-
-
-def topology_state(urls: list[str]) -> TopologyState:
-    """The membership state of the first of `urls` that answers."""
-    from dht.web.membership_api import TOPOLOGY_PATH
-
-    errors = []
-    for url in urls:
-        try:
-            with urllib.request.urlopen(url + TOPOLOGY_PATH, timeout=5.0) as response:
-                return TopologyState.from_json(json.loads(response.read()))
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            errors.append(f"{url}: {exc}")
-    raise ActionFailed("no node answered: " + "; ".join(errors))
