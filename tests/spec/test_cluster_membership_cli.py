@@ -142,6 +142,28 @@ def test_cluster_add_then_remove_keeps_every_key(tmp_path: Path) -> None:
     assert cluster.process.returncode == 0, cluster.output()
 
 
+@rule("6.8", "13.8")
+def test_cluster_remove_of_a_killed_node_removes_it_as_dead(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, 4) as cluster:
+        first, second = cluster.urls[0], cluster.urls[1]
+        for key, value in KEYS.items():
+            answer = request("PUT", f"{first}/v0/entity?id={key}&replicas=2/3", value)
+            assert answer.status == 201, (key, answer)
+        killed = run_dht("cluster", "kill", first, "--data-dir", str(cluster.data_dir))
+        assert killed.returncode == 0, killed
+        removed = run_dht("cluster", "remove", first, "--data-dir", str(cluster.data_dir))
+        said = f"stdout:\n{removed.stdout}\nstderr:\n{removed.stderr}\ncluster:\n{cluster.output()}"
+        assert removed.returncode == 0, said
+        assert f"{first} is down: removing it as dead" in removed.stdout, said
+        assert "keys written with F=1:" in removed.stdout, said
+        membership = json_of(second + "/v0/status")["membership"]
+        assert membership["phase"] == "stable", membership
+        assert sorted(membership["current"]) == sorted(cluster.urls[1:]), membership
+        for url in cluster.urls[1:]:
+            assert_every_key_reads_through(url)
+    assert cluster.process.returncode == 0, cluster.output()
+
+
 @rule("6.6", "13.1")
 @pytest.mark.parametrize("leftover", ["no-cluster-json", "control-port-refuses"])
 def test_cluster_add_without_a_running_cluster_exits_1_with_one_line(
