@@ -1,4 +1,4 @@
-"""When a node is gone for good (SPEC.md rules 13.7 and 13.8): it is removed, or
+"""When a node is gone for good (SPEC.md rules 13.7 to 13.9): it is removed, or
 replaced, with `membership --dead`, under load, with the history checker on.
 
 - kill -9 one of 4 nodes and remove it: what it held reaches its new owners from the
@@ -6,7 +6,9 @@ replaced, with `membership --dead`, under load, with the history checker on.
 - kill -9 one of 3 and replace it with a new node in the same change: the new node is
   filled from the survivors;
 - a second node dies in the middle of a removal's streaming: the change stops within
-  10 s naming it, and goes on to its end once it is back.
+  10 s naming it, and goes on to its end once it is back;
+- the dead node comes back after its removal: it answers its clients 503 saying it was
+  removed, and plants nothing in the new ring.
 
 Every case: 0 acknowledged writes lost, 0 stale reads, and at the end every key sits on
 exactly its owners, checked on each node's own records. The preload writes at 2/3, so
@@ -35,7 +37,7 @@ from chaos.test_membership import (
     start,
 )
 from dht.config import NodeConfig
-from dht.conformance.launcher import Cluster, wait_for
+from dht.conformance.launcher import Cluster, expect, wait_for
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix
 from dht.history.run_folder import FaultWindow
@@ -158,5 +160,48 @@ def test_a_second_node_dying_mid_streaming_stops_the_removal_until_it_is_back(
             faults,
         )
         assert stopped_after < 15.0, stopped_after
+    finally:
+        cluster.stop()
+
+
+@rule("13.9")
+def test_a_dead_node_that_comes_back_after_its_removal_is_fenced(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 4, SETTINGS)
+    nodes = cluster.nodes
+    try:
+        start(nodes)
+        for key in KEYS:
+            expect(nodes[1].put(key, b"before"), 201)
+        expect(nodes[1].put("deleted-while-away", b"old"), 201)
+        returning = nodes[0]
+        returning.kill()
+        survivors = nodes[1:]
+        Change(survivors, [node.url for node in survivors], dead=[returning.url]).wait()
+        for key in KEYS:
+            expect(nodes[1].put(key, b"after"), 201)
+        expect(nodes[1].delete("deleted-while-away"), 202)
+        returning.start()
+        fenced = wait_for(
+            lambda: returning.get(KEYS[0]),
+            lambda answer: answer.status == 503,
+            deadline=15.0,
+        )
+        assert b"removed from the cluster" in fenced.body, fenced
+        assert b"--join" in fenced.body, fenced
+        assert returning.status()["fenced"], returning.status()
+        expect(returning.put("planted", b"stale"), 503)
+        # Not even from its own data, which is stale: "before" at 1/4 without the fence.
+        expect(returning.get(KEYS[0], "1/4"), 503)
+        time.sleep(2.0)  # hint delivery and anti-entropy rounds of the returning node
+        for node in survivors:
+            for key in KEYS:
+                expect(node.get(key), 200, b"after")
+            expect(node.get("deleted-while-away"), 404)
+            expect(node.get("planted"), 404)
+            assert not node.local_records().get("planted")
+        returning.stop()
+        returning.start()  # fenced from its first answer after a restart
+        answer = returning.get(KEYS[0])
+        assert answer.status == 503 and b"removed" in answer.body, answer
     finally:
         cluster.stop()

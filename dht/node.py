@@ -23,6 +23,7 @@ from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
+from dht.replication.fence import FenceWatch, saved_fence
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
@@ -105,6 +106,10 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
+        self.http.fenced = saved_fence(config.data_dir)
+        self.fence = FenceWatch(
+            config.self_url, config.data_dir, self.membership, self.peers, self._fenced
+        )
 
     def _warn_if_clock_behind(self) -> None:
         behind_ms = version_ms(self.clock.last) - self.clock.wall_ms()
@@ -115,6 +120,9 @@ class Node:
                 "so they run ahead of its wall clock until it catches up",
                 behind_ms / 1000,
             )
+
+    def _fenced(self, reason: str) -> None:
+        self.http.fenced = reason
 
     def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
         """A replica write to a node that does not own the key under its stable
@@ -197,6 +205,7 @@ class Node:
             "cluster": list(self.membership.topology.current.nodes),
             "ring_identity": self.membership.identity,
             "vnodes": self.config.vnodes,
+            "fenced": self.http.fenced,
             "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
@@ -270,6 +279,8 @@ class Node:
             self.hint_delivery.start()
             self._start_repair_loops()
             self.handoff.start()
+            if self.http.fenced is None:
+                self.fence.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",
                 self.config.self_url,
@@ -284,6 +295,7 @@ class Node:
             await runner.cleanup()
             await self.hint_delivery.close()
             await self.handoff.close()
+            await self.fence.close()
             await self._stop_repair_loops()
             await self.peers.close()
             try:

@@ -258,6 +258,19 @@ def _node_list(value: Any, name: str) -> tuple[str, ...]:
     return nodes
 
 
+def removed(own: TopologyState, theirs: TopologyState | None, self_url: str) -> bool:
+    """Whether a node in `own` step, told that a peer is in `theirs` (None: not asked),
+    has been removed from the cluster: its own step leaves it out (a removal it took
+    part in), or a later step of its peer does (a removal it missed, being down or cut
+    off, `membership --dead`). A node started with `--join` that has not joined yet is
+    not removed: the others do not list it yet."""
+    if own.joining_seed:
+        return False
+    if self_url not in own.members:
+        return True
+    return theirs is not None and theirs.epoch > own.epoch and self_url not in theirs.members
+
+
 class UnclearChange(ValueError):
     """The nodes' steps do not make one change that can go on; the message says why."""
 

@@ -14,6 +14,8 @@ from dht.model.record import Record, encode
 RECORDS_PATH = "/internal/v0/records"
 # Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
+# A node's membership step (dht/web/membership_api.py serves it); the fence watch asks it.
+TOPOLOGY_PATH = "/v0/admin/topology"
 SECRET_HEADER = "X-Dht-Secret"
 RING_HEADER = "X-Dht-Ring"
 RECORD_CONTENT_TYPE = "application/x-dht-records"

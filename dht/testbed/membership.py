@@ -37,8 +37,7 @@ from dht.model.topology import (
     data_at_risk,
     steps_to_resume,
 )
-from dht.replication.wire import SECRET_HEADER
-from dht.web.membership_api import TOPOLOGY_PATH
+from dht.replication.wire import SECRET_HEADER, TOPOLOGY_PATH
 
 POLL = 0.2
 # A node that does not answer at all for this long stops the change (SPEC.md rule 13.8).

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from dht.model.topology import BadTransition, TopologyState
+from dht.replication.wire import TOPOLOGY_PATH
 from dht.storage.membership import Membership
 from dht.web.server import Params, Route, text
-
-TOPOLOGY_PATH = "/v0/admin/topology"
 
 StepTaker = Callable[[TopologyState], Awaitable[bool]]
 Guard = Callable[[web.BaseRequest], web.Response | None]

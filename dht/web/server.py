@@ -70,6 +70,9 @@ class HttpServer:
         self.in_flight = 0
         self.refused = 0
         self.errors = 0
+        # Set when this node learns it was removed from the cluster (SPEC.md rule 13.9):
+        # client work is answered 503 with it, as its data may be stale.
+        self.fenced: str | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path, _, query = request.raw_path.partition("?")
@@ -83,9 +86,11 @@ class HttpServer:
         if not route.counted:
             return await self._call(handler, request, query)
         started = time.perf_counter()
-        if self.in_flight >= self.max_in_flight:
+        if self.fenced is not None:
+            response: web.StreamResponse = text(503, f"Unavailable: {self.fenced}")
+        elif self.in_flight >= self.max_in_flight:
             self.refused += 1
-            response: web.StreamResponse = text(503, "Overloaded", {"Retry-After": "1"})
+            response = text(503, "Overloaded", {"Retry-After": "1"})
         else:
             self.in_flight += 1
             try:

@@ -23,6 +23,7 @@ from dht.model.topology import (
     data_at_risk,
     phases,
     range_sources_needed,
+    removed,
     steps_to_resume,
 )
 
@@ -385,3 +386,16 @@ def test_data_at_risk_is_the_key_space_whose_copies_are_all_on_removed_or_dead_n
     two_dead = data_at_risk(ring, ["http://a:1", "http://b:1"], ["http://a:1", "http://b:1"])
     assert two_dead[1].copies == 2 and two_dead[1].lost == two_dead[1].removed > 0
     assert data_at_risk(ring, [], []) == []
+
+
+def test_a_node_is_removed_when_its_own_step_or_a_later_step_of_a_peer_leaves_it_out() -> None:
+    a, b, c, d = NODES4
+    old = TopologyState(0, STABLE, NODES4)
+    new = TopologyState(3, STABLE, (b, c, d))
+    assert not removed(old, None, a)
+    assert removed(old, new, a)  # removed as dead while away
+    assert not removed(old, new, b)
+    assert not removed(new, old, b)  # a peer a step behind says nothing
+    assert removed(new, None, a)  # it took the steps of its own removal
+    seed = TopologyState(0, JOINT, (b, c, d), (b, c, d, "http://e:1"))
+    assert not removed(seed, new, "http://e:1")  # joining, not listed yet
