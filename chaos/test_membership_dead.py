@@ -33,6 +33,7 @@ from chaos.test_membership import (
     await_exact_placement,
     finish,
     joining,
+    placement_errors,
     preload,
     start,
 )
@@ -203,5 +204,48 @@ def test_a_dead_node_that_comes_back_after_its_removal_is_fenced(tmp_path: Path)
         returning.start()  # fenced from its first answer after a restart
         answer = returning.get(KEYS[0])
         assert answer.status == 503 and b"removed" in answer.body, answer
+    finally:
+        cluster.stop()
+
+
+@rule("13.8")
+def test_the_newest_copy_moves_when_the_first_keeper_missed_the_write(tmp_path: Path) -> None:
+    """The dead node took a write, a delete and a new key with one keeper while the
+    first keeper was down, then its disk (and its hints) were lost. Found by a review:
+    the first keeper alone used to send, its own older copy or nothing. With
+    anti-entropy off, only the handoff can put the newest copy on every owner."""
+    cluster = Cluster(tmp_path, 4, [*SETTINGS, "--anti-entropy-interval", "0"])
+    nodes = cluster.nodes
+    dead, first = nodes[0], nodes[1]
+    ring = Ring(cluster.urls, NodeConfig.vnodes)
+    keys = []
+    for index in range(2000):
+        key = f"k-{index:04d}"
+        held = ring.replicas_for(key.encode(), 3)
+        if dead.url in held and next(url for url in held if url != dead.url) == first.url:
+            keys.append(key)
+    updated, deleted, fresh = keys[:3]
+    try:
+        start(nodes)
+        expect(first.put(updated, b"old", "2/3"), 201)
+        expect(first.put(deleted, b"deleted", "2/3"), 201)
+        for key in (updated, deleted):
+            owners = [node for node in nodes if node.url in ring.replicas_for(key.encode(), 3)]
+            wait_for(lambda owners=owners, key=key: [key in n.local_records() for n in owners], all)
+        first.kill()  # it misses what the dead node coordinates now
+        expect(dead.put(updated, b"new", "2/3"), 201)
+        expect(dead.delete(deleted, "2/3"), 202)
+        expect(dead.put(fresh, b"fresh", "2/3"), 201)
+        dead.kill()  # its disk is lost, and its hints for the first keeper with it
+        first.start()
+        survivors = nodes[1:]
+        Change(survivors, [node.url for node in survivors], dead=[dead.url]).wait()
+        for key, want in ((updated, b"new"), (deleted, None), (fresh, b"fresh")):
+            for node in survivors:
+                record = node.local_records().get(key)
+                shown = None if record is None or record.tombstone else record.value
+                assert shown == want, (key, node.url, record)
+                assert record is not None, (key, node.url, "no copy, not even a tombstone")
+        assert not placement_errors(survivors, [])
     finally:
         cluster.stop()

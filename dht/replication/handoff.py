@@ -9,8 +9,11 @@ owners that need it under the ring it moves to:
   goes to every owner in the next ring. When the change names dead nodes (gone for
   good, `membership --dead`), which hand nothing off, the records they held reach their
   new owners from the copies the nodes that stay have: of the old owners that keep a
-  record, only the first that is not dead sends it, so a record is streamed once, not
-  once per surviving copy;
+  record, only the first sends it, once, but first it reads the key from the other
+  keepers and sends the newest copy (and keeps it itself): the dead node may have taken
+  a write with one keeper while the first was away, and that keeper alone has it. Each
+  other keeper reads the first one's copy, and sends its own (to the first too) only
+  when the first has none or an older one: a key the first never had still moves;
 - in a stable phase, to the current ring: a record this node does not own (written to it
   during the change, or handed to it late) goes to every owner.
 
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.model.merkle import holders
-from dht.model.record import Record
+from dht.model.record import Record, newest
 from dht.model.ring import Ring
 from dht.model.topology import HANDOFF, JOINT, STABLE, TopologyState
 from dht.replication.anti_entropy import Pace
@@ -103,6 +106,12 @@ class _Move:
     record: Record
     receivers: list[str]
     leaving: bool  # this node no longer owns it: delete once every receiver has it
+    # The other old owners that keep it, when dead nodes leave: the newest of their
+    # copies and this one's is what goes (`_newest_copies`).
+    confirm_with: tuple[str, ...] = ()
+    # The first keeper, for another keeper: this one sends only if that one's copy is
+    # missing or older (`_newest_copies`).
+    unless_held_by: str | None = None
 
 
 class Handoff:
@@ -289,21 +298,70 @@ class Handoff:
             return None
         else:
             held = holders(before, key, record.copies)
-            if dead:
-                keepers = [url for url in held if url in owners and url not in dead]
-                if keepers and keepers[0] != self._self_url:
-                    return None  # the first keeper that is alive sends it
             receivers = [url for url in owners if url not in held]
+            keepers = [url for url in held if url in owners]  # dead nodes own nothing
+            if dead and receivers and keepers:
+                first = keepers[0]
+                if first != self._self_url:  # the first sends the newest copy of all
+                    return _Move(key, record, [*receivers, first], False, (), first)
+                return _Move(key, record, receivers, False, tuple(keepers[1:]))
         receivers = [url for url in receivers if url != self._self_url]
         leaving = self._self_url not in owners
         if not receivers and not leaving:
             return None
         return _Move(key, record, receivers, leaving)
 
+    async def _newest_copies(self, moves: list[_Move]) -> list[_Move]:
+        """For the moves to confirm, the newest of this node's copy and the other
+        keepers' (read again after a pause until each answers), which this node keeps
+        too; the moves of another keeper only where the first keeper's copy is missing
+        or older; the other moves as they are."""
+        pause = RETRY_PAUSE
+        while True:
+            asks = [(move, url) for move in moves for url in move.confirm_with]
+            asks += [(move, move.unless_held_by) for move in moves if move.unless_held_by]
+            if not asks:
+                return moves
+            answers = await asyncio.gather(
+                *(self._peers[url].get(move.key) for move, url in asks), return_exceptions=True
+            )
+            copies: dict[bytes, list[Record | None]] = {}
+            failed = False
+            for (move, url), answer in zip(asks, answers, strict=True):
+                if isinstance(answer, PeerError):
+                    self.progress.targets.setdefault(url, TargetProgress()).failures += 1
+                    failed = True
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    copies.setdefault(move.key, [move.record]).append(answer)
+            if not failed:
+                break
+            log.info("handoff: a keeper did not answer a read; again in %.1f s", pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_PAUSE)
+        confirmed = []
+        for move in moves:
+            if move.unless_held_by is not None:
+                if move.record.supersedes(copies[move.key][1]):
+                    confirmed.append(replace(move, unless_held_by=None))
+                continue  # else the first keeper has it, and sends the newest
+            best = newest(copies[move.key]) if move.key in copies else move.record
+            if best is not None and best is not move.record:
+                try:  # this keeper had an older copy: it keeps the newest too
+                    stored = self._storage.write(move.key, best)
+                    if isinstance(stored, asyncio.Future):
+                        await stored
+                except DiskFull as exc:
+                    log.warning("handoff: could not keep the newest copy here: %s", exc)
+            confirmed.append(replace(move, record=best or move.record, confirm_with=()))
+        return confirmed
+
     async def _send(self, moves: list[_Move], pace: Pace) -> set[bytes]:
         """Every move of one batch, to each receiver again and again until it took it,
         except to a receiver that refused it as too far ahead of its clock; returns the
         keys of those refused (kept here: a record some receiver lacks is not deleted)."""
+        moves = await self._newest_copies(moves)
         pause = RETRY_PAUSE
         refused: dict[str, int] = {}  # receiver: records it refused in this batch
         kept: set[bytes] = set()
