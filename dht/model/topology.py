@@ -356,29 +356,33 @@ def _position(state: TopologyState, old: tuple[str, ...], new: tuple[str, ...]) 
 
 @dataclass(frozen=True)
 class Risk:
-    """For the keys written with `copies` (the F of `replicas=A/F`), the share of the
-    key space whose copies are all on nodes a change removes (`removed`), and the share
-    whose copies are all on dead nodes (`lost`: no live node has them)."""
+    """For the keys written with `replicas=acks/copies`, the share of the key space where
+    at least `acks` of the key's `copies` replicas are nodes a change removes
+    (`removed`), and where at least `acks` are dead (`lost`): such a write may have been
+    acknowledged by those nodes alone, so no node that stays, or none alive, has it."""
 
+    acks: int
     copies: int
     removed: float
     lost: float
 
 
 def data_at_risk(old: Ring, leaving: Collection[str], dead: Collection[str]) -> list[Risk]:
-    """Per F from 1 to the ring's size, the key space a removal of `leaving` (the dead
-    ones among them named in `dead`) leaves with no copy on a node that stays, and with
-    no live copy at all; only the F where either is more than nothing."""
+    """Per `A/F` (F from 1 to the ring's size, A up to F), the key space whose
+    acknowledged writes may have no copy on a node that stays after a removal of
+    `leaving` (the dead ones among them named in `dead`), and none alive at all; only
+    the `A/F` where either is more than nothing."""
     gone, lost = set(leaving), set(dead)
     risks = []
     for copies in range(1, len(old) + 1):
-        removed = without = 0.0
-        for share, order in old.arcs():
-            replicas = set(order[:copies])
-            if replicas <= gone:
-                removed += share
-                if replicas <= lost:
-                    without += share
-        if removed > 0:
-            risks.append(Risk(copies, removed, without))
+        for acks in range(1, copies + 1):
+            removed = without = 0.0
+            for share, order in old.arcs():
+                replicas = order[:copies]
+                if sum(node in gone for node in replicas) >= acks:
+                    removed += share
+                    if sum(node in lost for node in replicas) >= acks:
+                        without += share
+            if removed > 0:
+                risks.append(Risk(acks, copies, removed, without))
     return risks

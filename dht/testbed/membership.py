@@ -206,24 +206,33 @@ def _check_risk(
     accept_loss: bool,
     say: Callable[[str], None],
 ) -> None:
-    """Says how much of the key space the change leaves with its copies only on removed
-    nodes, and refuses, unless `accept_loss`, when keys written with F of 2 or more may
-    have no live copy at all (F = 1 keys on a dead node are gone whatever one does)."""
+    """Says, per majority `A/F`, how much of the key space has writes that may have been
+    acknowledged by removed nodes alone, and by dead ones alone; refuses, unless
+    `accept_loss`, when writes acknowledged by two or more replicas may have no live
+    copy (a write acknowledged by one replica, on a dead node, is gone whatever one
+    does)."""
     leaving = sorted(set(old) - set(new))
     if not leaving:
         return
-    risks = data_at_risk(Ring(old, vnodes), leaving, dead)
+    # Majority writes (A > F/2: the default, and every A/F the quorum contract of rule
+    # 3.5 covers) and 1/1; a minority write is at risk wherever one of its replicas is.
+    risks = [
+        risk
+        for risk in data_at_risk(Ring(old, vnodes), leaving, dead)
+        if 2 * risk.acks > risk.copies
+    ]
     for risk in risks:
         say(
-            f"keys written with F={risk.copies}: {risk.removed:.1%} of the key space has "
-            f"every copy on the nodes removed"
-            + (f", {risk.lost:.1%} on dead nodes only (no live copy)" if risk.lost else "")
+            f"writes at {risk.acks}/{risk.copies}: {risk.removed:.1%} of the key space may "
+            "have had them taken by removed nodes only"
+            + (f", {risk.lost:.1%} by dead nodes only (no live copy)" if risk.lost else "")
         )
-    unsafe = [risk for risk in risks if risk.lost and risk.copies >= 2]
+    unsafe = [risk for risk in risks if risk.lost and risk.acks >= 2]  # 1/1: gone anyway
     if unsafe and not accept_loss:
+        worst = max(unsafe, key=lambda risk: risk.lost)
         raise ChangeFailed(
-            f"keys written with F={unsafe[0].copies} may have no live copy left "
-            f"({unsafe[0].lost:.1%} of the key space): they would be lost. Bring a dead "
+            f"writes at {worst.acks}/{worst.copies} may have no live copy left "
+            f"({worst.lost:.1%} of the key space): they would be lost. Bring a dead "
             "node back if you can; --accept-loss goes on without them"
         )
 

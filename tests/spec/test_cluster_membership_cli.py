@@ -155,7 +155,7 @@ def test_cluster_remove_of_a_killed_node_removes_it_as_dead(tmp_path: Path) -> N
         said = f"stdout:\n{removed.stdout}\nstderr:\n{removed.stderr}\ncluster:\n{cluster.output()}"
         assert removed.returncode == 0, said
         assert f"{first} is down: removing it as dead" in removed.stdout, said
-        assert "keys written with F=1:" in removed.stdout, said
+        assert "writes at 1/1: " in removed.stdout, said
         membership = json_of(second + "/v0/status")["membership"]
         assert membership["phase"] == "stable", membership
         assert sorted(membership["current"]) == sorted(cluster.urls[1:]), membership

@@ -63,7 +63,7 @@ def test_removing_a_dead_node_says_what_is_at_risk_and_two_dead_neighbours_need_
         to = ",".join(urls[2:])
         code, out, err, _ = membership("--node", urls[2], "--to", to, "--dead", dead)
         assert code == 1, (out, err)
-        assert "keys written with F=1:" in out and "keys written with F=2:" in out, out
+        assert "writes at 1/1: " in out and "writes at 2/3: " in out, out
         assert "no live copy" in out, out
         assert "--accept-loss goes on without them" in err, err
         assert steps(cluster, [2, 3]) == [(0, "stable")] * 2  # refused before any step

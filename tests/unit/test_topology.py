@@ -375,16 +375,18 @@ def test_a_joining_node_takes_the_joint_step_of_a_replacement_it_could_not_know(
     assert [(step.epoch, step.phase) for step in steps] == [(4, JOINT), (5, HANDOFF), (6, STABLE)]
 
 
-def test_data_at_risk_is_the_key_space_whose_copies_are_all_on_removed_or_dead_nodes() -> None:
+def test_data_at_risk_is_where_a_write_may_have_been_acknowledged_by_removed_nodes_only() -> None:
+    a, b = NODES4[:2]
     ring = Ring(NODES4, 64)
-    (one_dead,) = data_at_risk(ring, ["http://a:1"], ["http://a:1"])
-    assert one_dead.copies == 1
-    assert one_dead.removed == one_dead.lost == pytest.approx(ring.shares()["http://a:1"])
-    leaving_alive = data_at_risk(ring, ["http://a:1", "http://b:1"], [])
-    assert [risk.copies for risk in leaving_alive] == [1, 2]
-    assert all(risk.lost == 0 and risk.removed > 0 for risk in leaving_alive)
-    two_dead = data_at_risk(ring, ["http://a:1", "http://b:1"], ["http://a:1", "http://b:1"])
-    assert two_dead[1].copies == 2 and two_dead[1].lost == two_dead[1].removed > 0
+    one_dead = {(r.acks, r.copies): r for r in data_at_risk(ring, [a], [a])}
+    assert set(one_dead) == {(1, 1), (1, 2), (1, 3), (1, 4)}  # one dead: one ack at risk
+    assert one_dead[1, 1].lost == pytest.approx(ring.shares()[a])
+    assert one_dead[1, 4].lost == pytest.approx(1.0)  # every key has a replica there
+    leaving_alive = data_at_risk(ring, [a, b], [])
+    assert all(r.lost == 0 and r.removed > 0 for r in leaving_alive)
+    two_dead = {(r.acks, r.copies): r for r in data_at_risk(ring, [a, b], [a, b])}
+    assert two_dead[2, 3].lost == two_dead[2, 3].removed > 0  # 2/3 writes on both of them
+    assert (3, 4) not in two_dead  # a 3/4 write always reached a live node
     assert data_at_risk(ring, [], []) == []
 
 
