@@ -49,14 +49,24 @@ class Change:
     """A membership change run by the driver in a thread, as an operator's command runs
     beside the traffic."""
 
-    def __init__(self, via: Sequence[Node], new: Sequence[str], dead: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        via: Sequence[Node],
+        new: Sequence[str],
+        dead: Sequence[str] = (),
+        accept_loss: bool = False,
+    ) -> None:
         self.began = time.monotonic()
         self.ended: float | None = None
         self.report: ChangeReport | None = None
         self.error: BaseException | None = None
         secret = cluster_secret(via[0])
         coroutine = change_membership(
-            [node.url for node in via], list(new), dead=list(dead), secret=secret
+            [node.url for node in via],
+            list(new),
+            dead=list(dead),
+            accept_loss=accept_loss,
+            secret=secret,
         )
         self._thread = threading.Thread(target=self._run, args=(coroutine,), daemon=True)
         self._thread.start()

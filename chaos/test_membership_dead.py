@@ -249,3 +249,58 @@ def test_the_newest_copy_moves_when_the_first_keeper_missed_the_write(tmp_path: 
         assert not placement_errors(survivors, [])
     finally:
         cluster.stop()
+
+
+@rule("13.8")
+def test_a_node_that_was_to_stay_lost_for_good_mid_stream_is_removed_after_the_change(
+    tmp_path: Path,
+) -> None:
+    """Found by a review: such a node could be neither waited for nor named dead, so the
+    change could never end. Named dead with the first, it is left out of the change
+    under way, which finishes, and removed by a second change."""
+    cluster = Cluster(tmp_path, 4, SETTINGS)
+    nodes = cluster.nodes
+    try:
+        start(nodes)
+        preload(nodes[1], RECORDS, PRELOAD_REPLICAS)
+        first_dead, survivors = nodes[0], nodes[1:]
+        clients = Clients(survivors[:2], KEYS, 4, SEED, CLIENT_TIMEOUT, Mix()).start()
+        killed_at = time.monotonic()
+        first_dead.kill()
+        change = Change(survivors, [node.url for node in survivors], dead=[first_dead.url])
+        second_dead = survivors[2]
+        wait_for(
+            lambda: second_dead.status()["membership"]["handoff"],
+            lambda handoff: handoff["state"] == "streaming" and handoff["scanned"] > 0,
+            deadline=60.0,
+        )
+        second_at = time.monotonic()
+        second_dead.kill()  # and its disk is lost: it never comes back
+        with pytest.raises(ChangeFailed):
+            change.wait(deadline=30.0)
+        remaining = survivors[:2]
+        again = Change(
+            remaining,
+            [node.url for node in remaining],
+            dead=[first_dead.url, second_dead.url],
+            accept_loss=True,  # 2/3 keys on both dead nodes only: none were, all 3 took them
+        )
+        report = again.wait()
+        await_exact_placement(remaining, [])
+        states = [node.status()["membership"] for node in remaining]
+        assert all(state["phase"] == "stable" for state in states), states
+        assert all(sorted(state["current"]) == sorted(n.url for n in remaining) for state in states)
+        print(f"\nboth removals done: {sum(report.sent.values())} records sent")
+        faults = [
+            FaultWindow("kill -9 node1 (gone for good)", killed_at, time.monotonic()),
+            FaultWindow("kill -9 node4 mid-stream (gone for good)", second_at, time.monotonic()),
+        ]
+        finish(
+            "membership-staying-node-lost",
+            clients,
+            remaining,
+            [("finish without node4, remove it", again)],
+            faults,
+        )
+    finally:
+        cluster.stop()

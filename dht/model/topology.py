@@ -137,10 +137,11 @@ class TopologyState:
     are kept sorted: their order places nothing (the ring sorts them too), so two states
     of the same step compare equal.
 
-    `dead`: nodes of `current` that leave and are gone for good (`membership --dead`):
-    they take no step and hand nothing off, so the nodes that stay hand off the records
-    they held, from the copies they have. Part of a change, not of its step: the same
-    step with more dead nodes is the same step (a second node lost mid-change)."""
+    `dead`: nodes of the change gone for good (`membership --dead`): they take no step,
+    hand nothing off and are handed nothing, so the nodes that stay hand off the records
+    they held, from the copies they have. Most leave; one of `next` is a node that was
+    to stay and was lost mid-change, removed by a change right after this one. Part of
+    a change, not of its step: the same step with more dead nodes is the same step."""
 
     epoch: int
     phase: str
@@ -165,8 +166,10 @@ class TopologyState:
             raise ValueError("epoch must not be negative")
         if self.dead and self.next is None:
             raise ValueError("dead nodes are named only in a change (joint or handoff)")
-        if self.next is not None and not set(self.dead) <= set(self.current) - set(self.next):
-            raise ValueError("a dead node must be one of the current nodes that leave")
+        if self.next is not None and not set(self.dead) <= set(self.current) | set(self.next):
+            raise ValueError("a dead node must be one of the nodes of the change")
+        if self.next is not None and set(self.next) <= set(self.dead):
+            raise ValueError("every node of the new list is dead")
 
     def placement(self, vnodes: int) -> Topology:
         return Topology(

@@ -100,6 +100,11 @@ class Progress:
         return cls(**data, targets=targets)
 
 
+class _StepChanged(Exception):
+    """The change's dead nodes changed while a batch waited for one of them: the pass
+    starts again from the last saved key, with the new list."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Move:
     key: bytes
@@ -137,6 +142,7 @@ class Handoff:
         # its next full pass finds them again), and the pause before they are retried.
         self._kept: set[bytes] = set()
         self._kept_pause = KEPT_PAUSE
+        self._pass_dead: frozenset[str] = frozenset()  # the dead nodes the pass began with
         self._wake = asyncio.Event()
         self._task = OwnedTask("handoff", self._run)
 
@@ -193,16 +199,12 @@ class Handoff:
                 self.wake()  # kept before a restart, which forgot the keys: look again
 
     async def _pass(self, state: TopologyState) -> None:
-        topology = self._membership.topology  # the placement of `state`
-        target = topology.next or topology.current
-        before = topology.current if state.phase == HANDOFF else None
-        dead = frozenset(state.dead)
         progress = self.progress
+        self._pass_dead = frozenset(state.dead)
         start = b"" if progress.cursor is None else bytes.fromhex(progress.cursor) + b"\0"
         self.total = progress.scanned + await asyncio.to_thread(self._storage.count, start)
         self.streaming = True
         began, sent_before = time.monotonic(), self._records_sent()
-        pace = Pace(self.rate)
         log.info(
             "handoff (epoch %d, %s): %d records to look at%s",
             state.epoch,
@@ -211,20 +213,16 @@ class Handoff:
             "" if progress.cursor is None else ", resuming after the saved key",
         )
         try:
-            while (batch := self._read_batch(start)) is not None:
-                scanned, last_key = batch
-                moves = [self._move(key, record, target, before, dead) for key, record in scanned]
-                kept = await self._send([move for move in moves if move is not None], pace)
-                self._kept |= kept
-                progress.kept += len(kept)
-                progress.scanned += len(scanned)
-                progress.cursor = last_key.hex()
-                save_json(self._path, asdict(progress))
-                start = last_key + b"\0"
-                if self._membership.state.epoch != state.epoch:
-                    return  # a newer step: its own pass takes over
-            progress.done = True
-            save_json(self._path, asdict(progress))
+            if not await self._stream(state, start, Pace(self.rate)):
+                return  # a newer step: its own pass takes over
+        except _StepChanged:
+            log.info(
+                "handoff (epoch %d): nodes were named dead meanwhile; the pass starts again "
+                "after the last saved key, without them",
+                state.epoch,
+            )
+            self.wake()
+            return
         finally:
             self.streaming = False
         seconds = time.monotonic() - began
@@ -248,10 +246,41 @@ class Handoff:
                 "; offered again later" if state.phase == STABLE else "",
             )
 
+    async def _stream(self, state: TopologyState, start: bytes, pace: Pace) -> bool:
+        """Hands off every record from `start` on, a batch at a time, saving the cursor
+        after each; False if a newer step came first."""
+        topology = self._membership.topology  # the placement of `state`
+        target = topology.next or topology.current
+        before = topology.current if state.phase == HANDOFF else None
+        progress = self.progress
+        while (batch := self._read_batch(start)) is not None:
+            scanned, last_key = batch
+            moves = [
+                self._move(key, record, target, before, self._pass_dead) for key, record in scanned
+            ]
+            kept = await self._send([move for move in moves if move is not None], pace)
+            self._kept |= kept
+            progress.kept += len(kept)
+            progress.scanned += len(scanned)
+            progress.cursor = last_key.hex()
+            save_json(self._path, asdict(progress))
+            start = last_key + b"\0"
+            if self._membership.state.epoch != state.epoch:
+                return False
+        progress.done = True
+        save_json(self._path, asdict(progress))
+        return True
+
+    def _check_dead(self) -> None:
+        """Raises _StepChanged if nodes were named dead since the pass began."""
+        if frozenset(self._membership.state.dead) != self._pass_dead:
+            raise _StepChanged
+
     async def _offer_kept_again(self) -> None:
         """Sends the records kept after a refusal again (in a stable step, to the owners
         of each that this node is not); the ones refused again stay kept."""
         topology = self._membership.topology
+        self._pass_dead = frozenset(self._membership.state.dead)
         moves = []
         for key in sorted(self._kept):
             record = self._storage.get(key)
@@ -293,13 +322,13 @@ class Handoff:
     ) -> _Move | None:
         owners = holders(target, key, record.copies)
         if self._self_url not in owners:
-            receivers = owners
+            receivers = [url for url in owners if url not in dead]
         elif before is None:
             return None
         else:
             held = holders(before, key, record.copies)
-            receivers = [url for url in owners if url not in held]
-            keepers = [url for url in held if url in owners]  # dead nodes own nothing
+            receivers = [url for url in owners if url not in held and url not in dead]
+            keepers = [url for url in held if url in owners and url not in dead]
             if dead and receivers and keepers:
                 first = keepers[0]
                 if first != self._self_url:  # the first sends the newest copy of all
@@ -339,6 +368,7 @@ class Handoff:
                 break
             log.info("handoff: a keeper did not answer a read; again in %.1f s", pause)
             await asyncio.sleep(pause)
+            self._check_dead()
             pause = min(pause * 2, MAX_RETRY_PAUSE)
         confirmed = []
         for move in moves:
@@ -400,6 +430,7 @@ class Handoff:
             if moves:
                 log.info("handoff: %d records not taken yet; again in %.1f s", len(moves), pause)
                 await asyncio.sleep(pause)
+                self._check_dead()
                 pause = min(pause * 2, MAX_RETRY_PAUSE)
         for url, count in refused.items():
             log.warning(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -78,59 +78,122 @@ async def change_membership(
 ) -> ChangeReport:
     """Changes the membership of the cluster `via` belongs to (any of its nodes) to `new`.
     New nodes must be running already (started with `--join`); `dead` nodes of the old
-    list are gone for good and are not asked anything."""
+    list are gone for good and are not asked anything.
+
+    A change under way to a list that `new` only shortens by dead nodes (a node that was
+    to stay, lost in the middle of it) is first finished without them, then followed by
+    their removal."""
     gone = sorted(set(dead or ()))
     if overlap := sorted(set(gone) & set(new)):
         raise ChangeFailed(
             f"{', '.join(overlap)} is named dead and in the new node list: a dead node "
             "can only leave"
         )
+    deadlines = (step_deadline, no_answer_deadline)
     headers = {SECRET_HEADER: secret} if secret else {}
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
         states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
-        try:
-            old, steps = steps_to_resume(list(states.values()), new)
-        except UnclearChange as exc:
-            raise ChangeFailed(str(exc)) from None
-        if not steps:
-            raise ChangeFailed("the new node list is the current one: nothing to change")
-        if unknown := sorted(set(gone) - set(old)):
-            raise ChangeFailed(
-                f"{', '.join(unknown)} is named dead but is no node of the cluster: "
-                f"{', '.join(old)}"
+        going_to = _change_under_way(states.values())
+        lost = set(going_to or ()) - set(new)
+        if going_to and lost and set(new) < set(going_to) and lost <= set(gone):
+            say(
+                f"finishing the change under way to {', '.join(going_to)} without "
+                f"{', '.join(sorted(lost))} (dead) first, then removing it"
             )
-        steps = [step if step.next is None else replace(step, dead=tuple(gone)) for step in steps]
-        if gone or accept_loss:
-            vnodes = await _vnodes(session, sorted(states))
-            _check_risk(old, new, gone, vnodes, accept_loss, say)
-        nodes = sorted((set(old) | set(new)) - set(gone))
-        before = steps[-1].epoch - 3  # the epoch of stable(old)
-        if any(state.epoch > before for state in states.values()):
-            say(f"resuming at step {steps[0].phase} (epoch {steps[0].epoch})")
-        report = ChangeReport(list(old), new)
-        for step in steps:
-            began = time.monotonic()
-            say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
-            await _take_everywhere(session, nodes, step, step_deadline, no_answer_deadline)
-            if step.phase != JOINT:
-                say("  handing off" if step.phase == HANDOFF else "  cleaning up")
-                handoffs = await _wait_for_handoffs(
-                    session, nodes, step, step_deadline, no_answer_deadline, say
-                )
-                for url, handoff in handoffs.items():
-                    sent = sum(target["records_sent"] for target in handoff["targets"].values())
-                    report.sent[url] = report.sent.get(url, 0) + sent
-                    report.deleted[url] = report.deleted.get(url, 0) + handoff["deleted"]
-                    report.kept.pop(url, None)
-                    if kept := handoff.get("kept", 0):
-                        report.kept[url] = kept
-                        say(
-                            f"  {url} kept {kept} record{'' if kept == 1 else 's'} that the "
-                            "new owners refused as too far ahead of their clocks (see its log)"
-                        )
-            report.step_seconds[step.phase] = time.monotonic() - began
-        return report
+            old, steps = _steps(states, list(going_to))
+            finished = await _drive(session, old, list(going_to), gone, steps, deadlines, say)
+            gone = sorted(lost)  # the others are out of the cluster now
+            states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
+            report = await _change(session, states, new, gone, accept_loss, deadlines, say)
+            report.old = finished.old
+            for url, sent in finished.sent.items():
+                report.sent[url] = report.sent.get(url, 0) + sent
+            return report
+        return await _change(session, states, new, gone, accept_loss, deadlines, say)
+
+
+def _change_under_way(states: Collection[TopologyState]) -> tuple[str, ...] | None:
+    """The node list a change the nodes are in goes to (None: they are stable)."""
+    for state in states:
+        if state.next is not None and not state.joining_seed:
+            return state.next
+    return None
+
+
+def _steps(
+    states: dict[str, TopologyState], new: list[str]
+) -> tuple[tuple[str, ...], list[TopologyState]]:
+    try:
+        old, steps = steps_to_resume(list(states.values()), new)
+    except UnclearChange as exc:
+        raise ChangeFailed(str(exc)) from None
+    if not steps:
+        raise ChangeFailed("the new node list is the current one: nothing to change")
+    return old, steps
+
+
+async def _change(
+    session: aiohttp.ClientSession,
+    states: dict[str, TopologyState],
+    new: list[str],
+    gone: list[str],
+    accept_loss: bool,
+    deadlines: tuple[float, float],
+    say: Callable[[str], None],
+) -> ChangeReport:
+    old, steps = _steps(states, new)
+    if unknown := sorted(set(gone) - set(old)):
+        raise ChangeFailed(
+            f"{', '.join(unknown)} is named dead but is no node of the cluster: {', '.join(old)}"
+        )
+    if gone or accept_loss:
+        vnodes = await _vnodes(session, sorted(states))
+        _check_risk(old, new, gone, vnodes, accept_loss, say)
+    before = steps[-1].epoch - 3  # the epoch of stable(old)
+    if any(state.epoch > before for state in states.values()):
+        say(f"resuming at step {steps[0].phase} (epoch {steps[0].epoch})")
+    return await _drive(session, old, new, gone, steps, deadlines, say)
+
+
+async def _drive(
+    session: aiohttp.ClientSession,
+    old: tuple[str, ...],
+    new: list[str],
+    gone: list[str],
+    steps: list[TopologyState],
+    deadlines: tuple[float, float],
+    say: Callable[[str], None],
+) -> ChangeReport:
+    """Takes `steps` on every node of the change but the dead ones, waiting for each
+    handoff."""
+    step_deadline, no_answer_deadline = deadlines
+    dead = tuple(url for url in gone if url in old or url in new)
+    steps = [step if step.next is None else replace(step, dead=dead) for step in steps]
+    nodes = sorted((set(old) | set(new)) - set(gone))
+    report = ChangeReport(list(old), new)
+    for step in steps:
+        began = time.monotonic()
+        say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
+        await _take_everywhere(session, nodes, step, step_deadline, no_answer_deadline)
+        if step.phase != JOINT:
+            say("  handing off" if step.phase == HANDOFF else "  cleaning up")
+            handoffs = await _wait_for_handoffs(
+                session, nodes, step, step_deadline, no_answer_deadline, say
+            )
+            for url, handoff in handoffs.items():
+                sent = sum(target["records_sent"] for target in handoff["targets"].values())
+                report.sent[url] = report.sent.get(url, 0) + sent
+                report.deleted[url] = report.deleted.get(url, 0) + handoff["deleted"]
+                report.kept.pop(url, None)
+                if kept := handoff.get("kept", 0):
+                    report.kept[url] = kept
+                    say(
+                        f"  {url} kept {kept} record{'' if kept == 1 else 's'} that the "
+                        "new owners refused as too far ahead of their clocks (see its log)"
+                    )
+        report.step_seconds[step.phase] = time.monotonic() - began
+    return report
 
 
 async def _steps_of_every_node(

@@ -337,14 +337,16 @@ def test_a_change_to_other_nodes_under_way_is_finished_first() -> None:
 NODES4 = ("http://a:1", "http://b:1", "http://c:1", "http://d:1")
 
 
-def test_dead_nodes_are_named_only_in_a_change_and_only_among_those_that_leave() -> None:
+def test_dead_nodes_are_named_only_in_a_change_and_only_among_its_nodes() -> None:
     joint = TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://a:1",))
     assert TopologyState.from_json(joint.to_json()) == joint
     assert "dead" not in TopologyState(0, STABLE, NODES4).to_json()
+    # One that was to stay, lost mid-change: finished without it, removed right after.
+    TopologyState(2, HANDOFF, NODES4, NODES4[1:], ("http://a:1", "http://b:1"))
     for bad in (
         lambda: TopologyState(0, STABLE, NODES4, None, ("http://a:1",)),
-        lambda: TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://b:1",)),  # it stays
         lambda: TopologyState(1, JOINT, NODES4, NODES4[1:], ("http://z:1",)),  # no member
+        lambda: TopologyState(1, JOINT, NODES4, NODES4[2:], NODES4),  # nobody left
     ):
         with pytest.raises(ValueError):
             bad()
