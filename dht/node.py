@@ -275,6 +275,8 @@ class Node:
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
                 self.budget,
             )
+            if self.http.fenced is None:
+                await self.fence.first_check()  # never a stale answer once removed
             await site.start()
             self.hint_delivery.start()
             self._start_repair_loops()

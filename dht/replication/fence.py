@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 FENCE_FILE = "fenced.json"
 CHECK_INTERVAL = 5.0
+# How long a starting node waits for its peers' steps before it serves (rule 1.1 gives it
+# a second to answer /v0/status).
+FIRST_CHECK_SECONDS = 0.5
 
 
 def saved_fence(data_dir: Path) -> str | None:
@@ -63,6 +66,12 @@ class FenceWatch:
         self.fenced: str | None = None
         self._task = OwnedTask("fence", self._run)
 
+    async def first_check(self) -> None:
+        """Before the node serves: one look, bounded by FIRST_CHECK_SECONDS (peers that
+        hang are asked again by the watch), so a node removed while it was away never
+        answers a client from its stale data."""
+        await self.check(FIRST_CHECK_SECONDS)
+
     def start(self) -> None:
         self._task.start()
 
@@ -74,28 +83,42 @@ class FenceWatch:
             await self.check()
             await asyncio.sleep(self._interval)
 
-    async def check(self) -> None:
-        """One look: this node's own step, then every peer's that answers (one a step
-        behind, or removed with it, says nothing; one that removed it does)."""
+    async def check(self, within: float | None = None) -> None:
+        """One look: this node's own step, then every peer's that answers within
+        `within` seconds, asked all at once (one a step behind, or removed with it, says
+        nothing; one that removed it does)."""
         own = self._membership.state
         if removed(own, None, self._self_url):
             self._set(f"this node was removed from the cluster (its step, epoch {own.epoch})")
             return
-        for url, peer in list(self._peers.by_url.items()):
+        peers = list(self._peers.by_url.items())
+        asks = [asyncio.ensure_future(peer.get_json(TOPOLOGY_PATH)) for _, peer in peers]
+        if asks:
+            await asyncio.wait(asks, timeout=within)
+        for (url, _), ask in zip(peers, asks, strict=True):
+            if not ask.done():
+                ask.cancel()
+                continue
             try:
-                theirs = TopologyState.from_json(await peer.get_json(TOPOLOGY_PATH))
-            except (PeerError, ValueError, aiohttp.ClientError):
+                theirs = TopologyState.from_json(ask.result())
+            except (PeerError, ValueError, aiohttp.ClientError, asyncio.CancelledError):
                 continue
             if removed(self._membership.state, theirs, self._self_url):
                 self._set(
                     f"this node was removed from the cluster at epoch {theirs.epoch} (as "
-                    f"{url} says, which serves {', '.join(theirs.current)}); its data may be "
-                    "stale. Wipe its data folder, and start it with --join to bring it back"
+                    f"{url} says, which serves {', '.join(theirs.current)}), or started "
+                    "with a --cluster its peers do not list; its data may be stale. Wipe "
+                    "its data folder, and start it with --join to bring it back"
                 )
                 return
 
     def _set(self, reason: str) -> None:
         self.fenced = reason
-        save_json(self._path, {"reason": reason})
+        self._fence(reason)  # first: a fence that cannot be saved still holds until exit
         log.error("fenced: %s", reason)
-        self._fence(reason)
+        try:
+            save_json(self._path, {"reason": reason})
+        except OSError as exc:
+            log.error(
+                "could not save the fence in %s (a restart would lift it): %s", self._path, exc
+            )

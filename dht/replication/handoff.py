@@ -332,7 +332,8 @@ class Handoff:
             if dead and receivers and keepers:
                 first = keepers[0]
                 if first != self._self_url:  # the first sends the newest copy of all
-                    return _Move(key, record, [*receivers, first], False, (), first)
+                    others = [url for url in [*receivers, first] if url != self._self_url]
+                    return _Move(key, record, others, False, (), first)
                 return _Move(key, record, receivers, False, tuple(keepers[1:]))
         receivers = [url for url in receivers if url != self._self_url]
         leaving = self._self_url not in owners
@@ -346,37 +347,41 @@ class Handoff:
         too; the moves of another keeper only where the first keeper's copy is missing
         or older; the other moves as they are."""
         pause = RETRY_PAUSE
+        asks = [(move, url) for move in moves for url in move.confirm_with]
+        asks += [(move, move.unless_held_by) for move in moves if move.unless_held_by]
+        if not asks:
+            return moves
+        copies: dict[bytes, dict[str, Record | None]] = {}  # key: keeper -> its copy
         while True:
-            asks = [(move, url) for move in moves for url in move.confirm_with]
-            asks += [(move, move.unless_held_by) for move in moves if move.unless_held_by]
-            if not asks:
-                return moves
             answers = await asyncio.gather(
                 *(self._peers[url].get(move.key) for move, url in asks), return_exceptions=True
             )
-            copies: dict[bytes, list[Record | None]] = {}
-            failed = False
+            failed = []
             for (move, url), answer in zip(asks, answers, strict=True):
                 if isinstance(answer, PeerError):
-                    self.progress.targets.setdefault(url, TargetProgress()).failures += 1
-                    failed = True
+                    entry = self.progress.targets.setdefault(url, TargetProgress())
+                    entry.failures += 1
+                    entry.last_error = f"reading its copy: {answer}"
+                    failed.append((move, url))
                 elif isinstance(answer, BaseException):
                     raise answer
                 else:
-                    copies.setdefault(move.key, [move.record]).append(answer)
+                    copies.setdefault(move.key, {})[url] = answer
             if not failed:
                 break
-            log.info("handoff: a keeper did not answer a read; again in %.1f s", pause)
+            asks = failed  # the reads that failed, only
+            log.info("handoff: %d keeper reads failed; again in %.1f s", len(failed), pause)
             await asyncio.sleep(pause)
             self._check_dead()
             pause = min(pause * 2, MAX_RETRY_PAUSE)
         confirmed = []
         for move in moves:
             if move.unless_held_by is not None:
-                if move.record.supersedes(copies[move.key][1]):
+                if move.record.supersedes(copies[move.key][move.unless_held_by]):
                     confirmed.append(replace(move, unless_held_by=None))
                 continue  # else the first keeper has it, and sends the newest
-            best = newest(copies[move.key]) if move.key in copies else move.record
+            theirs = list(copies.get(move.key, {}).values())
+            best = newest([move.record, *theirs])
             if best is not None and best is not move.record:
                 try:  # this keeper had an older copy: it keeps the newest too
                     stored = self._storage.write(move.key, best)

@@ -198,16 +198,19 @@ class Peer:
         return RecordStream(self.url, await self._guarded(request), self.timeout, *self._longest)
 
     async def get_json(self, path: str) -> Any:
-        """One GET of a peer's JSON (its membership step, for the fence), under the
-        breaker and deadline."""
-
-        async def request() -> Any:
-            async with self._session.get(self._base_url.with_path(path)) as answer:
-                if answer.status != 200:
-                    raise PeerError(f"{self.url}: {path} answered {answer.status}")
-                return await answer.json()
-
-        return await self._guarded(request)
+        """One GET of a peer's JSON (its membership step, for the fence), within the
+        deadline but outside the breaker: a peer not up yet when this node starts must
+        not open a circuit that replication then waits on."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self._session.get(self._base_url.with_path(path)) as answer:
+                    if answer.status != 200:
+                        raise PeerError(f"{self.url}: {path} answered {answer.status}")
+                    return await answer.json()
+        except TimeoutError as exc:
+            raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise PeerError(f"{self.url}: {exc!r}") from exc
 
     async def post_json(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
         """One internal JSON request (anti-entropy's), under the breaker and deadline."""
