@@ -247,7 +247,7 @@ async def _vnodes(session: aiohttp.ClientSession, nodes: list[str]) -> int:
 
 def _dead_hint(silent: list[str], new: list[str]) -> str:
     """What to do about nodes that do not answer: wait for them, or, if they are gone
-    for good, name them dead (which only a node that leaves can be)."""
+    for good, name them dead (and leave out of the new list those that were to stay)."""
     leaving = [url for url in silent if url not in new]
     staying = [url for url in silent if url in new]
     hint = "Run the same change again once they answer"
