@@ -89,6 +89,8 @@ class Progress:
     # Records of this pass that a receiver refused as too far ahead, kept here.
     kept: int = 0
     targets: dict[str, TargetProgress] = field(default_factory=dict)
+    # The dead nodes the pass decides by (which keeper sends a key depends on them).
+    dead: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -101,8 +103,9 @@ class Progress:
 
 
 class _StepChanged(Exception):
-    """The change's dead nodes changed while a batch waited for one of them: the pass
-    starts again from the last saved key, with the new list."""
+    """The change's dead nodes changed during a pass: it starts again from the first
+    key, with the new list (which keeper sends a key depends on it, so the keys already
+    passed may have been left to a node that is dead now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +190,10 @@ class Handoff:
                 continue  # not before every node is joint: see dht.model.topology
             if self.progress.epoch != state.epoch:
                 self.progress = Progress(epoch=state.epoch)
-            elif self.progress.done:
+            elif self.progress.done or self.progress.dead != list(state.dead):
                 self.progress.done = False  # woken again: another pass, from the start
-                self.progress.cursor = None
+                self.progress.cursor, self.progress.scanned = None, 0
+            self.progress.dead = list(state.dead)
             if self.progress.cursor is None:
                 self.progress.kept = 0
                 self._kept.clear()
@@ -218,9 +222,11 @@ class Handoff:
         except _StepChanged:
             log.info(
                 "handoff (epoch %d): nodes were named dead meanwhile; the pass starts again "
-                "after the last saved key, without them",
+                "from the first key, without them",
                 state.epoch,
             )
+            progress.cursor, progress.scanned = None, 0
+            save_json(self._path, asdict(progress))
             self.wake()
             return
         finally:
@@ -267,6 +273,7 @@ class Handoff:
             start = last_key + b"\0"
             if self._membership.state.epoch != state.epoch:
                 return False
+            self._check_dead()
         progress.done = True
         save_json(self._path, asdict(progress))
         return True
