@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -61,6 +62,30 @@ class ControlledCluster(Protocol):
 
 # The actions on one node (POST /ACTION with {"url": ...}).
 NODE_ACTIONS = ("remove", "restart", "kill", "pause", "resume", "wipe", "skew")
+
+
+class Held:
+    """Releases a lock already acquired when its `with` block ends."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def one_at_a_time(changing: threading.Lock) -> Held:
+    """Holds `changing` for a `with` block, or raises ActionFailed at once if another
+    add, remove, restart, wipe or skew holds it: two of them on one node would start two
+    processes on its data folder, or bring back a node being removed."""
+    if not changing.acquire(blocking=False):
+        raise ActionFailed(
+            "another add, remove, restart or wipe is under way on this cluster; wait for it"
+        )
+    return Held(changing)
 
 
 class ControlServer(ThreadingHTTPServer):

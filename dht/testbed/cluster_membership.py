@@ -17,9 +17,10 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dht.model.topology import STABLE, TopologyState
-from dht.testbed.cluster_control import ActionFailed
+from dht.testbed.cluster_control import ActionFailed, Held, one_at_a_time
 from dht.testbed.node_processes import START_DEADLINE, stop_all, wait_until_serving
 
 
@@ -54,12 +55,12 @@ class MembershipChanges:
     command_for: Callable[[str, Path, list[str]], list[str]]
     control: object | None
 
-    @property
-    def secret(self) -> str | None:
-        raise NotImplementedError  # LocalCluster's
+    if TYPE_CHECKING:  # LocalCluster's, which mixes this in
 
-    def _write_control_file(self) -> None:
-        raise NotImplementedError  # LocalCluster's
+        @property
+        def secret(self) -> str | None: ...
+
+        def _write_control_file(self) -> None: ...
 
     def add(self, say: Callable[[str], None]) -> None:
         with self._one_change():
@@ -107,11 +108,7 @@ class MembershipChanges:
                 "a --chaos cluster cannot add or remove nodes: its Toxiproxy links are "
                 "made for the nodes it started with"
             )
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove or restart is under way on this cluster; wait for it"
-            )
-        return Held(self.changing)
+        return one_at_a_time(self.changing)
 
     def _start_joining(self, urls: list[str], say: Callable[[str], None]) -> str:
         """Starts a node joining `urls`, not watched yet, and waits until it serves."""
@@ -219,19 +216,6 @@ class MembershipChanges:
         self._finish(say)
         if (action, url) != (change.action, change.url if action == "remove" else None):
             say(f"that was all: run `cluster {action}` again for the change you asked for")
-
-
-class Held:
-    """Releases a lock already acquired when its `with` block ends."""
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
 
 def free_port_after(host: str, port: int) -> int:

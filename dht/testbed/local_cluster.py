@@ -22,8 +22,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from dht.config import url_port
-from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer
-from dht.testbed.cluster_membership import Change, Held, MembershipChanges
+from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer, one_at_a_time
+from dht.testbed.cluster_membership import Change, MembershipChanges
 from dht.testbed.node_faults import NodeFaults
 from dht.testbed.node_processes import START_DEADLINE, node_command, stop_all, wait_until_serving
 
@@ -141,17 +141,12 @@ class LocalCluster(NodeFaults, MembershipChanges):
         only when asked. One add, remove or restart at a time: two restarts of one node
         would start two processes on its data folder, and a restart during the remove of
         its node would bring the node back."""
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove or restart is under way on this cluster; wait for it"
-            )
-        with Held(self.changing):
+        with one_at_a_time(self.changing):
             self._restart(url, say)
 
     def _restart(self, url: str, say: Callable[[str], None]) -> None:
         with self.lock:
-            if url not in self.processes:
-                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
+            self._check_member(url)
             if self.closing:
                 raise ActionFailed("the cluster is stopping")
             old = self.processes[url]

@@ -13,8 +13,9 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dht.testbed.cluster_control import ActionFailed
+from dht.testbed.cluster_control import ActionFailed, one_at_a_time
 
 # The clock skew `skew` gives a node: twice the default --max-clock-drift, so its peers
 # refuse its writes as too far ahead (SPEC.md rule 8.4).
@@ -35,8 +36,14 @@ class NodeFaults:
     skews: dict[str, float] | None  # None: the nodes take no --clock-skew
     closing: bool
 
-    def _restart(self, url: str, say: Callable[[str], None]) -> None:
-        raise NotImplementedError  # LocalCluster's
+    if TYPE_CHECKING:  # LocalCluster's, which mixes this in
+
+        def _restart(self, url: str, say: Callable[[str], None]) -> None: ...
+
+    def _check_member(self, url: str) -> None:
+        """Raises ActionFailed unless `url` is a member; called with `lock` held."""
+        if url not in self.processes:
+            raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
 
     def kill(self, url: str, say: Callable[[str], None]) -> None:
         """SIGKILL to member `url`: it dies with no chance to flush or say goodbye, and
@@ -72,16 +79,9 @@ class NodeFaults:
         """kill -9 member `url`, delete its data folder and start it again on an empty
         one: a machine whose disk is lost, replaced by a blank one at the same address.
         What it held survives only on its peers' copies."""
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove, restart or wipe is under way on this cluster; wait for it"
-            )
-        try:
+        with one_at_a_time(self.changing):
             with self.lock:
-                if url not in self.processes:
-                    raise ActionFailed(
-                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
-                    )
+                self._check_member(url)
                 process, data_dir = self.processes[url], self.data_dirs[url]
                 self.down.setdefault(url, -signal.SIGKILL)  # no failure: it is asked for
                 self.paused.discard(url)
@@ -101,8 +101,6 @@ class NodeFaults:
             data_dir.mkdir(parents=True)
             say(f"deleted its data folder {data_dir}")
             self._restart(url, say)
-        finally:
-            self.changing.release()
 
     def skew(self, url: str, say: Callable[[str], None]) -> None:
         """Restarts dht node `url` with its clock SKEW_SECONDS ahead (`--clock-skew`),
@@ -113,16 +111,9 @@ class NodeFaults:
                 "the clock skew is a flag of dht's own nodes; these nodes run another "
                 "implementation (--node-command)"
             )
-        if not self.changing.acquire(blocking=False):
-            raise ActionFailed(
-                "another add, remove, restart or wipe is under way on this cluster; wait for it"
-            )
-        try:
+        with one_at_a_time(self.changing):
             with self.lock:
-                if url not in self.processes:
-                    raise ActionFailed(
-                        f"{url} is not a node of this cluster: {', '.join(self.urls)}"
-                    )
+                self._check_member(url)
                 skewed = self.skews.pop(url, None)
                 if skewed is None:
                     self.skews[url] = SKEW_SECONDS
@@ -138,13 +129,10 @@ class NodeFaults:
                     "goes below the highest version it used (SPEC.md 8.7), so its peers "
                     "refuse its writes until the clock passes it"
                 )
-        finally:
-            self.changing.release()
 
     def _running(self, url: str, action: str) -> subprocess.Popen[bytes]:
         with self.lock:
-            if url not in self.processes:
-                raise ActionFailed(f"{url} is not a node of this cluster: {', '.join(self.urls)}")
+            self._check_member(url)
             if self.closing:
                 raise ActionFailed("the cluster is stopping")
             if url in self.unwatched or url in self.restarting:
