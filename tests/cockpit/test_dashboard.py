@@ -345,15 +345,15 @@ def click(driver: Any, selector: str) -> None:
     driver.find_element(By.CSS_SELECTOR, selector).click()
 
 
-def save_screenshot(driver: Any) -> None:
+def save_screenshot(driver: Any, path: Path = SCREENSHOT) -> None:
     """The whole page, at a width where its two middle tables sit side by side."""
-    SCREENSHOT.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(exist_ok=True)
     chrome = driver.execute_script("return window.outerHeight - window.innerHeight")
     height = driver.execute_script(
         "return Math.ceil(document.querySelector('main').getBoundingClientRect().bottom)"
     )
     driver.set_window_size(1300, height + chrome)
-    driver.save_screenshot(str(SCREENSHOT))
+    driver.save_screenshot(str(path))
 
 
 class Traffic:

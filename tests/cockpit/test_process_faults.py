@@ -20,6 +20,7 @@ from tests.cockpit.test_dashboard import (
     attribute,
     click,
     running_cluster,
+    save_screenshot,
     text_of,
     wait_until,
 )
@@ -95,7 +96,7 @@ def test_the_page_kills_pauses_and_restarts_nodes_and_shows_each_on_the_timeline
         wait_until(
             driver, lambda d: fault_rows(d).get("kill -9 node3") == "yes", "kill on timeline"
         )
-        save_screenshot(driver)
+        save_screenshot(driver, SCREENSHOT)
 
         press(driver, "restart", "node3")
         wait_for_process(driver, "node3", "running")
@@ -207,16 +208,6 @@ def wait_timeline(cluster: RunningCluster, done: Any) -> list[dict[str, Any]]:
     )
     faults: list[dict[str, Any]] = json.loads(answer.body)["faults"]
     return faults
-
-
-def save_screenshot(driver: Any) -> None:
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    chrome = driver.execute_script("return window.outerHeight - window.innerHeight")
-    height = driver.execute_script(
-        "return Math.ceil(document.querySelector('main').getBoundingClientRect().bottom)"
-    )
-    driver.set_window_size(1300, height + chrome)
-    driver.save_screenshot(str(SCREENSHOT))
 
 
 @rule("6.7", "6.8")
