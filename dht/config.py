@@ -15,8 +15,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
-# The longest cluster secret: it travels in the replica channel's HELLO, which a node
-# reads only up to a few KiB from a peer it does not know yet (SPEC.md rule 11.6).
+# The longest cluster secret (an HMAC key: it never travels, SPEC.md rule 11.4; longer
+# adds nothing).
 MAX_SECRET_BYTES = 1024
 
 
@@ -265,7 +265,8 @@ class NodeConfig:
         None,
         parse=cluster_secret,
         environment="DHT_SECRET",
-        help="cluster secret that node-to-node traffic must carry, up to 1 KiB (default: "
+        help="cluster secret that node-to-node traffic must prove (it is never sent), up "
+        "to 1 KiB (default: "
         "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
         "its port; `cluster` generates one)",
     )

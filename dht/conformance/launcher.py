@@ -35,9 +35,11 @@ from dht.model.ring import ring_identity
 from dht.replication.messages import (
     PROTOCOL_VERSION,
     Answer,
+    Challenge,
     Failed,
     GetRecord,
     Hello,
+    Proof,
     PutRecord,
     RecordAbsent,
     RecordFound,
@@ -45,8 +47,9 @@ from dht.replication.messages import (
     Request,
     Stored,
 )
+from dht.replication.proof import Side, new_nonce, proof, request_proof
 from dht.replication.protocol import Frame, ReplicaCodec, Role
-from dht.replication.wire import FRAME_LENGTH, RECORDS_PATH, SECRET_HEADER
+from dht.replication.wire import FRAME_LENGTH, PROOF_HEADER, RECORDS_PATH
 from dht.testbed.namespaces import die_with_parent
 from dht.testbed.node_template import node_argv
 from dht.testbed.toxiproxy import free_ports
@@ -513,21 +516,52 @@ def cluster_secret(node: Node) -> str | None:
 
 
 def peer_hello(node: Node) -> Hello:
-    """The HELLO a peer of `node` sends: its ring identity and cluster secret."""
+    """The HELLO a peer of `node` sends: its ring identity, and a fresh nonce."""
     vnodes = int(node.flag("--vnodes") or NodeConfig.vnodes)
     ring = ring_identity(node.topology, vnodes)
-    return Hello(PROTOCOL_VERSION, node.cluster_url, ring, cluster_secret(node) or "")
+    return Hello(PROTOCOL_VERSION, node.cluster_url, ring, new_nonce())
 
 
 def open_channel(
-    node: Node, hello: Hello | None = None, timeout: float = 10.0
+    node: Node, hello: Hello | None = None, secret: str | None = None, timeout: float = 10.0
 ) -> tuple[socket.socket, ReplicaCodec]:
-    """A replica channel to `node` (blocking): a socket whose HELLO is sent, and the
-    client codec to read and write it with. `hello` defaults to a true peer's."""
+    """A replica channel to `node` (blocking): a socket whose handshake is done up to
+    this end's PROOF (calls may follow), and the client codec to read and write it with.
+    `hello` defaults to a true peer's, `secret` to the node's own ("" for none). Raises
+    ChannelRefused if the node refuses the HELLO."""
+    sock, codec, refused = _handshake(node, hello, secret, timeout)
+    if refused is not None:
+        sock.close()
+        raise ChannelRefused(refused.reason)
+    return sock, codec
+
+
+class ChannelRefused(Exception):
+    """The node answered the HELLO with REFUSED."""
+
+
+def _handshake(
+    node: Node, hello: Hello | None, secret: str | None, timeout: float
+) -> tuple[socket.socket, ReplicaCodec, Refused | None]:
+    """Sends HELLO, reads the CHALLENGE and answers it with this end's PROOF (the
+    node's own proof is not checked: a test may offer a wrong secret on purpose)."""
+    hello = hello or peer_hello(node)
     codec = ReplicaCodec(Role.CLIENT, 1 << 30)
     sock = socket.create_connection((HOST, node.port), timeout=timeout)
-    send_frames(sock, codec.send(hello or peer_hello(node)))
-    return sock, codec
+    send_frames(sock, codec.send(hello))
+    while (event := codec.next_event()) is None:
+        data = sock.recv(65536)
+        if not data:
+            sock.close()
+            raise ConnectionError(f"{node.url} closed the replica channel before its CHALLENGE")
+        codec.receive_data(data)
+    if isinstance(event, Refused):
+        return sock, codec, event
+    assert isinstance(event, Challenge), event
+    key = cluster_secret(node) if secret is None else secret
+    ours = proof(key, Side.CLIENT, hello.nonce, event.nonce, hello.sender, hello.ring)
+    send_frames(sock, codec.send(Proof(ours)))
+    return sock, codec, None
 
 
 def send_frames(sock: socket.socket, frames: list[Frame]) -> None:
@@ -538,11 +572,16 @@ def replica_call(
     node: Node,
     request_for: Callable[[int], Request],
     hello: Hello | None = None,
+    secret: str | None = None,
     timeout: float = 10.0,
 ) -> Answer | Refused:
     """One call on a fresh replica channel to `node` (blocking): the answer, or Refused
-    if the node would not open the channel. `hello` defaults to a true peer's."""
-    sock, codec = open_channel(node, hello, timeout)
+    if the node would not open the channel. `hello` defaults to a true peer's, `secret`
+    to the node's own ("" for none)."""
+    sock, codec, refused = _handshake(node, hello, secret, timeout)
+    if refused is not None:
+        sock.close()
+        return refused
     with sock:
         send_frames(sock, codec.send(request_for(1)))
         while True:
@@ -556,9 +595,20 @@ def replica_call(
 
 
 def internal_request(node: Node, method: str, url: str, body: bytes | None = None) -> Response:
-    """One HTTP request to an internal path, with the node's cluster secret if it has one."""
+    """One HTTP request to an internal path, proving the node's cluster secret if it has
+    one."""
     secret = cluster_secret(node)
-    return request(method, url, body, headers={} if secret is None else {SECRET_HEADER: secret})
+    return request(
+        method, url, body, headers={} if secret is None else proof_header(secret, method, url, body)
+    )
+
+
+def proof_header(secret: str, method: str, url: str, body: bytes | None = None) -> dict[str, str]:
+    """The header that proves `secret` for one internal request to `url`."""
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    made_ms = int(time.time() * 1000)
+    return {PROOF_HEADER: request_proof(secret, method, target, made_ms, new_nonce(), body or b"")}
 
 
 def decode_frames(body: bytes) -> dict[str, Record]:

@@ -3,8 +3,10 @@ at once, answers matched by call id (the asyncio half of `dht.replication.protoc
 this is its client end, and `dht.replication.channel_server` its server end.
 
 `ReplicaChannel` connects on first use and sends HELLO (protocol version, ring identity,
-cluster secret) with the first calls right behind it; then every `get`/`put` is a frame
-out and a frame back, no HTTP. Frames produced in one loop iteration leave in one write
+a fresh nonce); the peer proves it knows the cluster secret in its CHALLENGE, and this
+end proves it in its PROOF, with the first calls right behind it
+(`dht.replication.proof`: the secret itself never travels). Then every `get`/`put` is a
+frame out and a frame back, no HTTP. Frames produced in one loop iteration leave in one write
 (`dht.replication.connection`). A connection that closes, resets or answers garbage
 fails all of its pending calls at once with `PeerError`; one that stays silent through a
 call's whole deadline is aborted, which fails the rest at once too. The next call dials
@@ -14,6 +16,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -21,8 +24,10 @@ from urllib.parse import urlsplit
 from dht.replication.connection import Connection
 from dht.replication.messages import (
     Answer,
+    Challenge,
     Failed,
     Hello,
+    Proof,
     ProtocolError,
     RecordAbsent,
     RecordFound,
@@ -31,6 +36,7 @@ from dht.replication.messages import (
     Stored,
     Welcome,
 )
+from dht.replication.proof import Side, new_nonce, proof, proves
 from dht.replication.protocol import Budget, ReplicaCodec, Role
 
 log = logging.getLogger(__name__)
@@ -51,22 +57,30 @@ OnAnswer = Callable[["Answer | PeerError"], None]
 
 
 class ClientConnection(Connection):
-    """Calls may be sent right behind HELLO, before WELCOME comes back: a refused HELLO
+    """Calls may be sent right behind PROOF, before WELCOME comes back: a refused PROOF
     fails them all, and the server reads nothing after it. Opening a channel thus costs
-    no round trip of its own."""
+    one round trip (HELLO, CHALLENGE) before the first call."""
 
     def __init__(
         self,
         peer: str,
+        hello: Hello,
+        secret: str | None,
         max_message_bytes: int,
         on_handshake: Callable[[str | None], None],
         budget: Budget | None = None,
+        challenged: asyncio.Future[str | None] | None = None,
     ) -> None:
-        """`budget`, when given, counts the large writes given up on midway until they
-        have left (`abandon`)."""
+        """`hello` is the HELLO this connection sends (its nonce fresh); `budget`, when
+        given, counts the large writes given up on midway until they have left
+        (`abandon`); `challenged`, when given, gets None once this end sent its PROOF
+        (calls may follow), or why the handshake ended before."""
         super().__init__(ReplicaCodec(Role.CLIENT, max_message_bytes), budget)
         self.peer = peer
+        self.hello = hello
+        self._secret = secret
         self._on_handshake = on_handshake
+        self._challenged = challenged
         self._calls: dict[int, OnAnswer] = {}
         self._next_call = 0
 
@@ -88,13 +102,12 @@ class ClientConnection(Connection):
         self.codec.receive_data(data)
         try:
             while (event := self.codec.next_event()) is not None:
-                if isinstance(event, Welcome):
+                if isinstance(event, Challenge):
+                    self._answer_challenge(event)
+                elif isinstance(event, Welcome):
                     self._on_handshake(None)
                 elif isinstance(event, Refused):
-                    reason = f"{self.peer} refused the replica channel: {event.reason}"
-                    self._on_handshake(reason)
-                    self.fail(PeerError(reason))
-                    self.abort()
+                    self._end_handshake(f"{self.peer} refused the replica channel: {event.reason}")
                 elif isinstance(event, RecordFound | RecordAbsent | Stored | Failed):
                     on_answer = self._calls.pop(event.call_id, None)
                     if on_answer is not None:
@@ -104,9 +117,39 @@ class ClientConnection(Connection):
             self.fail(PeerError(f"{self.peer}: protocol error: {exc}"))
             self.abort()
 
+    def _answer_challenge(self, challenge: Challenge) -> None:
+        """Checks the peer's proof of the secret; sends this end's if it holds."""
+        hello = self.hello
+        theirs = proof(
+            self._secret, Side.SERVER, hello.nonce, challenge.nonce, hello.sender, hello.ring
+        )
+        if not proves(theirs, challenge.proof):
+            self._end_handshake(
+                f"{self.peer} could not prove the cluster secret: the nodes were started "
+                "with different --secret values, or one without"
+            )
+            return
+        ours = proof(
+            self._secret, Side.CLIENT, hello.nonce, challenge.nonce, hello.sender, hello.ring
+        )
+        self.send(Proof(ours))
+        self._challenge_answered(None)
+
+    def _challenge_answered(self, failure: str | None) -> None:
+        if self._challenged is not None and not self._challenged.done():
+            self._challenged.set_result(failure)
+
+    def _end_handshake(self, reason: str) -> None:
+        self._on_handshake(reason)
+        self._challenge_answered(reason)
+        self.fail(PeerError(reason))
+        self.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self.fail(PeerError(f"{self.peer}: replica channel closed ({exc!r})"))
+        reason = f"{self.peer}: replica channel closed ({exc!r})"
+        self._challenge_answered(reason)
+        self.fail(PeerError(reason))
 
     def fail(self, error: PeerError) -> None:
         """Ends every pending call with `error`, at once."""
@@ -125,13 +168,16 @@ class ReplicaChannel:
         peer: str,
         dial_url: str,
         hello: Hello,
+        secret: str | None,
         max_message_bytes: int,
         timeout: float,
         budget: Budget | None = None,
     ) -> None:
-        """`budget`: the node's byte budget, which counts the large writes given up on
-        midway until they have left."""
+        """`hello`: what the next connection's HELLO says (each gets a nonce of its
+        own); `budget`: the node's byte budget, which counts the large writes given up
+        on midway until they have left."""
         self.peer = peer
+        self._secret = secret
         parts = urlsplit(dial_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
@@ -183,28 +229,45 @@ class ReplicaChannel:
             connection.fail(PeerError(f"{self.peer}: node stopping"))
 
     async def _dial(self) -> None:
-        """Connects, then sends HELLO and every call that waited for the connection."""
+        """Connects, sends HELLO, answers the CHALLENGE, then sends every call that
+        waited for the connection."""
         loop = asyncio.get_running_loop()
+        hello = dataclasses.replace(self.hello, nonce=new_nonce())
+        challenged: asyncio.Future[str | None] = loop.create_future()
+        connection: ClientConnection | None = None
         try:
             async with asyncio.timeout(self._timeout):
                 _, connection = await loop.create_connection(
                     lambda: ClientConnection(
-                        self.peer, self._max_message, self._handshake, self._budget
+                        self.peer,
+                        hello,
+                        self._secret,
+                        self._max_message,
+                        self._handshake,
+                        self._budget,
+                        challenged,
                     ),
                     self._host,
                     self._port,
                 )
+                connection.send(hello)
+                failure = await challenged
         except (OSError, TimeoutError) as exc:
-            error = PeerError(f"{self.peer}: cannot open the replica channel: {exc!r}")
-            waiting, self._waiting = self._waiting, []
+            failure = f"{self.peer}: cannot open the replica channel: {exc!r}"
+            if connection is not None:
+                connection.abort()
+        finally:
+            self._dialling = None
+        waiting, self._waiting = self._waiting, []
+        if failure is None and connection is not None and connection.closed:
+            failure = f"{self.peer}: replica channel closed during its handshake"
+        if failure is not None:
+            error = PeerError(failure)
             for _, on_answer in waiting:
                 on_answer(error)
             return
-        finally:
-            self._dialling = None
+        assert connection is not None
         self._connection = connection
-        connection.send(self.hello)
-        waiting, self._waiting = self._waiting, []
         for request_for, on_answer in waiting:
             connection.call(request_for, on_answer)
 

@@ -4,8 +4,9 @@
 `ServerConnection` answers calls synchronously from storage (a LevelDB point operation
 each), so a batch of requests that arrived together is answered in one write, with no
 task per call. When the client stops reading, the server stops reading from it too.
-Until its HELLO is admitted a connection is a stranger's: it may send one small HELLO
-and nothing else, within a deadline (`dht.replication.handshakes`).
+Until its handshake is done a connection is a stranger's: it may send one small HELLO,
+then one PROOF of the cluster secret (`dht.replication.proof`) and nothing else, within a
+deadline (`dht.replication.handshakes`).
 
 `ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
 byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
@@ -25,9 +26,11 @@ from dht.model.record import Record
 from dht.replication.connection import Connection
 from dht.replication.handshakes import Handshakes
 from dht.replication.messages import (
+    Challenge,
     Failed,
     GetRecord,
     Hello,
+    Proof,
     ProtocolError,
     PutRecord,
     RecordAbsent,
@@ -38,11 +41,16 @@ from dht.replication.messages import (
     Welcome,
     Why,
 )
+from dht.replication.proof import NONCE_BYTES, Side, new_nonce, proves
 from dht.replication.protocol import PREFACE, Budget, ReplicaCodec, Role
 
 log = logging.getLogger(__name__)
 
 _OVER_BUDGET = "over its byte budget (--max-in-flight-bytes): try later"
+WRONG_SECRET = (
+    "its proof of the cluster secret is wrong: the nodes were started with different "
+    "--secret values, or one without"
+)
 
 
 class ReplicaRefusal(Exception):
@@ -58,7 +66,11 @@ class ReplicaService(Protocol):
     """What the server end calls: this node's side of the replica protocol."""
 
     def admit(self, hello: Hello) -> str | None:
-        """None to open the channel, or the reason it is refused."""
+        """None to go on with the handshake, or the reason it is refused."""
+
+    def proof(self, side: Side, hello: Hello, server_nonce: bytes) -> bytes:
+        """The proof of this node's secret that `side` owes in the handshake `hello`
+        opened, with the server's nonce `server_nonce`."""
 
     def rpc_get(self, key: bytes) -> Record | None: ...
 
@@ -85,6 +97,8 @@ class ServerConnection(Connection):
         self._garbage = garbage
         self._handshakes = handshakes
         self._refused = False
+        self._hello: Hello | None = None
+        self._server_nonce = b""
         self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -108,7 +122,7 @@ class ServerConnection(Connection):
             return
         self.codec.receive_data(data)
         try:
-            # Nothing after a refused HELLO is read, not even calls sent right behind it.
+            # Nothing after a refused HELLO or PROOF is read, not even calls sent right behind it.
             while not self._refused and (event := self.codec.next_event()) is not None:
                 self._answer(event, self.codec.held)
         except ProtocolError as exc:
@@ -134,24 +148,38 @@ class ServerConnection(Connection):
             elif not self.send(RecordFound(event.call_id, record), weighed=True):
                 self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
         elif isinstance(event, Hello):
+            reason = self._service.admit(event)
+            if reason is None and len(event.nonce) < NONCE_BYTES:
+                reason = f"its HELLO's nonce is shorter than {NONCE_BYTES} bytes"
+            if reason is not None:
+                self._refuse(event.sender, reason)
+                return
+            self._hello = event
+            self._server_nonce = new_nonce()
+            proof = self._service.proof(Side.SERVER, event, self._server_nonce)
+            self.send(Challenge(self._server_nonce, proof))
+        elif isinstance(event, Proof):
+            assert self._hello is not None  # the codec takes a PROOF only after a HELLO
             if self._handshakes is not None:
                 self._handshakes.end(self)  # welcomed, or closed after its refusal
-            reason = self._service.admit(event)
-            if reason is None:
+            expected = self._service.proof(Side.CLIENT, self._hello, self._server_nonce)
+            if proves(expected, event.proof):
                 self.send(Welcome())
-                return
-            self._garbage.warning(  # anyone can send a HELLO: a flood logs a few lines
-                "refused",
-                "refused a replica channel from %s (%s): %s",
-                event.sender,
-                self.peer,
-                reason,
-            )
-            self._refused = True
-            self.send(Refused(reason))
-            self.flush()
-            if self.transport is not None:
-                self.transport.close()  # after the REFUSED frame is written
+            else:
+                self._refuse(self._hello.sender, WRONG_SECRET)
+
+    def _refuse(self, sender: str, reason: str) -> None:
+        """Answers REFUSED, reads nothing more, and closes once it is written."""
+        if self._handshakes is not None:
+            self._handshakes.end(self)
+        self._garbage.warning(  # anyone can send a HELLO: a flood logs a few lines
+            "refused", "refused a replica channel from %s (%s): %s", sender, self.peer, reason
+        )
+        self._refused = True
+        self.send(Refused(reason))
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()  # after the REFUSED frame is written
 
     def _put(self, event: PutRecord, held: int) -> bool:
         """Answers a write; True when it will be answered later (a large value, written

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-from dht.replication.messages import HANDSHAKE_CALL, Answer, Hello, Refused, Request, Welcome
+from dht.replication.messages import Answer, Handshake, Request
 from dht.replication.protocol import Budget, Frame, ReplicaCodec
 
 # Bytes a connection lets pile up in its transport before it stops feeding it fragments.
@@ -68,9 +68,7 @@ class Connection(asyncio.Protocol):
         for message in unsent:
             self._let_go(message)
 
-    def send(
-        self, event: Hello | Request | Answer | Welcome | Refused, weighed: bool = False
-    ) -> bool:
+    def send(self, event: Handshake | Request | Answer, weighed: bool = False) -> bool:
         """Queues `event`; it leaves with everything else queued in this loop iteration.
         `weighed`: a large message is admitted against the byte budget first, and holds
         its bytes until written out; False (nothing queued) when the budget refuses."""
@@ -78,9 +76,7 @@ class Connection(asyncio.Protocol):
         if len(frames) == 1:
             self._urgent.extend(frames[0])
         else:
-            call_id = (
-                HANDSHAKE_CALL if isinstance(event, Hello | Welcome | Refused) else event.call_id
-            )
+            call_id = cast(Request | Answer, event).call_id  # a handshake is one frame
             size = sum(len(part) for frame in frames for part in frame)
             message = _Outgoing(call_id, deque(frames), size)
             if weighed and self._budget is not None:

@@ -1,13 +1,17 @@
 """The replica channel's messages: the events a `ReplicaCodec` (`dht.replication.protocol`)
 hands out and takes, each op's body, and the errors of both (sans-I/O).
 
-Every event is one message of one op; call id 0 is the handshake. A body's layout:
+Every event is one message of one op; call id 0 is the handshake, in which each end
+proves it knows the cluster secret without sending it (`dht.replication.proof`). A
+body's layout:
 
 | op | from | body |
 | --- | --- | --- |
-| HELLO | client, first | version (u16); sender URL, ring identity, secret (u16 length + UTF-8) |
-| WELCOME | server | empty: the channel is open |
-| REFUSED | server | reason (UTF-8); the server closes the connection after it |
+| HELLO | client, first | version (u16); sender URL, ring identity, nonce (u16 length each) |
+| CHALLENGE | server, answers HELLO | nonce (u16 length + bytes), the server's proof (the rest) |
+| PROOF | client, answers CHALLENGE | the client's proof |
+| WELCOME | server, answers PROOF | empty: the channel is open |
+| REFUSED | server, for HELLO or PROOF | reason (UTF-8); the server closes the connection then |
 | GET | client | key |
 | PUT | client | key length (u32), key, record (`dht.model.record` encoding, version inside) |
 | RECORD | server, answers GET | record |
@@ -26,11 +30,11 @@ from typing import Any
 
 from dht.model.record import Record, decode, encode_header
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: the secret is proven, not sent
 HANDSHAKE_CALL = 0
 
 _VERSION = struct.Struct(">H")
-_TEXT_LENGTH = struct.Struct(">H")
+_FIELD_LENGTH = struct.Struct(">H")
 _KEY_LENGTH = struct.Struct(">I")
 
 
@@ -44,6 +48,8 @@ class Op(enum.IntEnum):
     ABSENT = 7
     STORED = 8
     FAILED = 9
+    CHALLENGE = 10
+    PROOF = 11
 
 
 class Why(enum.IntEnum):
@@ -72,7 +78,18 @@ class Hello:
     version: int
     sender: str
     ring: str
-    secret: str
+    nonce: bytes
+
+
+@dataclass(slots=True)
+class Challenge:
+    nonce: bytes
+    proof: bytes
+
+
+@dataclass(slots=True)
+class Proof:
+    proof: bytes
 
 
 @dataclass(slots=True)
@@ -130,7 +147,7 @@ class Failed:
     reason: str
 
 
-Handshake = Hello | Welcome | Refused
+Handshake = Hello | Challenge | Proof | Welcome | Refused
 Request = GetRecord | PutRecord | Unadmitted
 Answer = RecordFound | RecordAbsent | Stored | Failed
 Event = Handshake | Request | Answer
@@ -156,9 +173,13 @@ def encode_body(event: Event) -> tuple[Op, int, bytes, bytes]:
             return Op.STORED, call_id, b"\x01" if stored else b"\x00", b""
         case Failed(call_id, why, reason):
             return Op.FAILED, call_id, bytes((why,)) + reason.encode(), b""
-        case Hello(version, sender, ring, secret):
-            texts = b"".join(_text(part) for part in (sender, ring, secret))
-            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + texts, b""
+        case Hello(version, sender, ring, nonce):
+            fields = b"".join(_field(part) for part in (sender.encode(), ring.encode(), nonce))
+            return Op.HELLO, HANDSHAKE_CALL, _VERSION.pack(version) + fields, b""
+        case Challenge(nonce, proof):
+            return Op.CHALLENGE, HANDSHAKE_CALL, _field(nonce) + proof, b""
+        case Proof(proof):
+            return Op.PROOF, HANDSHAKE_CALL, proof, b""
         case Welcome():
             return Op.WELCOME, HANDSHAKE_CALL, b"", b""
         case Refused(reason):
@@ -166,28 +187,38 @@ def encode_body(event: Event) -> tuple[Op, int, bytes, bytes]:
     raise ChannelMisuse(f"not an event: {event!r}")
 
 
-def _text(value: str) -> bytes:
-    data = value.encode()
-    return _TEXT_LENGTH.pack(len(data)) + data
+def _field(data: bytes) -> bytes:
+    return _FIELD_LENGTH.pack(len(data)) + data
+
+
+def _fields(body: bytes, count: int, op: str) -> tuple[list[bytes], int]:
+    """The first `count` length-prefixed fields of `body`, and where they end."""
+    fields: list[bytes] = []
+    offset = 0
+    for _ in range(count):
+        (length,) = _FIELD_LENGTH.unpack_from(body, offset)
+        offset += _FIELD_LENGTH.size
+        if offset + length > len(body):
+            raise ProtocolError(f"{op} is truncated")
+        fields.append(body[offset : offset + length])
+        offset += length
+    return fields, offset
 
 
 def _decode_hello(call_id: int, body: bytes) -> Hello:
     (version,) = _VERSION.unpack_from(body)
     if version != PROTOCOL_VERSION:
-        # Only the version is read: a later version may lay out the rest differently.
-        return Hello(version, "", "", "")
-    texts: list[str] = []
-    offset = _VERSION.size
-    for _ in range(3):
-        (length,) = _TEXT_LENGTH.unpack_from(body, offset)
-        offset += _TEXT_LENGTH.size
-        if offset + length > len(body):
-            raise ProtocolError("HELLO is truncated")
-        texts.append(body[offset : offset + length].decode())
-        offset += length
-    if offset != len(body):
+        # Only the version is read: another version may lay out the rest differently.
+        return Hello(version, "", "", b"")
+    (sender, ring, nonce), end = _fields(body[_VERSION.size :], 3, "HELLO")
+    if _VERSION.size + end != len(body):
         raise ProtocolError("HELLO has trailing bytes")
-    return Hello(version, *texts)
+    return Hello(version, sender.decode(), ring.decode(), nonce)
+
+
+def _decode_challenge(call_id: int, body: bytes) -> Challenge:
+    (nonce,), end = _fields(body, 1, "CHALLENGE")
+    return Challenge(nonce, body[end:])
 
 
 def _decode_put(call_id: int, body: bytes | memoryview) -> PutRecord:
@@ -228,6 +259,8 @@ def decode_body(op: Op, call_id: int, body: bytes | memoryview) -> Event:
 # always get bytes.
 _DECODERS: dict[Op, Callable[[int, Any], Event]] = {
     Op.HELLO: _decode_hello,
+    Op.CHALLENGE: _decode_challenge,
+    Op.PROOF: lambda call_id, body: Proof(body),
     Op.WELCOME: lambda call_id, body: _empty(Welcome(), Op.WELCOME, body),
     Op.REFUSED: lambda call_id, body: Refused(body.decode()),
     Op.GET: lambda call_id, body: GetRecord(call_id, body),

@@ -36,7 +36,7 @@ from dht.replication.messages import (
 )
 from dht.replication.protocol import MESSAGE_OVERHEAD, Budget
 from dht.replication.range_stream import RecordStream
-from dht.replication.wire import RECORDS_PATH, RING_HEADER, SECRET_HEADER
+from dht.replication.wire import RECORDS_PATH, RING_HEADER, proving
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +84,22 @@ class Peer:
         # not believed (nor its length allocated).
         self._longest = (config.max_key_bytes, config.max_value_bytes + MESSAGE_OVERHEAD)
         self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
-        self._hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, config.secret or "")
+        self._hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, b"")
         self.channel = ReplicaChannel(
             url,
             config.dial_url(url),
             self._hello,
+            config.secret,
             config.max_value_bytes + MESSAGE_OVERHEAD,
             config.timeout,
             budget,
         )
-        headers = {RING_HEADER: ring_identity}
-        if config.secret:
-            headers[SECRET_HEADER] = config.secret
         self._base_url = URL(config.dial_url(url))
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None), headers=headers, auto_decompress=False
+            timeout=aiohttp.ClientTimeout(total=None),
+            headers={RING_HEADER: ring_identity},
+            auto_decompress=False,
+            middlewares=(proving(config.secret),) if config.secret else (),
         )
         self._was_open = False
         # Calls in the order they were sent, so in the order their deadlines come: one

@@ -14,11 +14,11 @@ frames with the same op and call id, so a large value can be interleaved with sm
 calls instead of holding them behind it; no frame's body is larger. Call id 0 is the
 handshake. The messages and each op's body are `dht.replication.messages`.
 
-Before the handshake is done a peer is nobody: its first frame must be the opening one
-(HELLO to a server; WELCOME or REFUSED to a client), in one frame of at most
-`HANDSHAKE_BYTES`. A frame is judged by its header (op, call id, length) before any of
-its body is buffered, so a stranger can make a receiver hold a few KiB at most, and
-nothing of the byte budget.
+Before the handshake is done a peer is nobody: its frames must be the handshake's, in
+order (HELLO, then PROOF, to a server; CHALLENGE, then WELCOME, to a client, or REFUSED
+instead of either), each in one frame of at most `HANDSHAKE_BYTES`. A frame is judged
+by its header (op, call id, length) before any of its body is buffered, so a stranger
+can make a receiver hold a few KiB at most, and nothing of the byte budget.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from typing import Protocol
 from dht.model.record import CorruptRecord
 from dht.replication.messages import (
     HANDSHAKE_CALL,
+    Challenge,
     ChannelMisuse,
     Event,
     Failed,
     GetRecord,
     Hello,
     Op,
+    Proof,
     ProtocolError,
     PutRecord,
     RecordAbsent,
@@ -50,8 +52,8 @@ from dht.replication.messages import (
 
 PREFACE = b"\x00dht-replica\r\n"
 FRAGMENT_BYTES = 64 * 1024
-# The largest body of a HELLO, WELCOME or REFUSED: a HELLO with a 1 KiB secret and the
-# longest host name fits with room to spare.
+# The largest body of a handshake message: a HELLO with the longest host name and ring
+# identity fits with room to spare.
 HANDSHAKE_BYTES = 4 * 1024
 
 _FRAME = struct.Struct(">IBI")
@@ -79,16 +81,21 @@ class Role(enum.Enum):
     SERVER = "server"
 
 
-# What each role receives: first the handshake, then calls (server) or answers (client).
-_OPENING = {Role.SERVER: {Op.HELLO}, Role.CLIENT: {Op.WELCOME, Op.REFUSED}}
-_AFTERWARDS = {
-    Role.SERVER: {Op.GET, Op.PUT},
-    Role.CLIENT: {Op.RECORD, Op.ABSENT, Op.STORED, Op.FAILED},
+# What each role receives, in turn: the handshake's messages, then calls (server) or
+# answers (client) for as long as the connection lasts.
+_RECEIVES: dict[Role, tuple[frozenset[Op], ...]] = {
+    Role.SERVER: (frozenset({Op.HELLO}), frozenset({Op.PROOF}), frozenset({Op.GET, Op.PUT})),
+    Role.CLIENT: (
+        frozenset({Op.CHALLENGE, Op.REFUSED}),
+        frozenset({Op.WELCOME, Op.REFUSED}),
+        frozenset({Op.RECORD, Op.ABSENT, Op.STORED, Op.FAILED}),
+    ),
 }
 _SENDS = {
-    Role.CLIENT: (Hello, GetRecord, PutRecord),
-    Role.SERVER: (Welcome, Refused, RecordFound, RecordAbsent, Stored, Failed),
+    Role.CLIENT: (Hello, Proof, GetRecord, PutRecord),
+    Role.SERVER: (Challenge, Welcome, Refused, RecordFound, RecordAbsent, Stored, Failed),
 }
+_HANDSHAKE = (Hello, Challenge, Proof, Welcome, Refused)
 
 
 # One frame as the buffers to write in order: a header and, for a fragment of a large
@@ -114,7 +121,9 @@ class ReplicaCodec:
         self.held = 0
         self._buffer = bytearray()
         self._preface_pending = role is Role.SERVER
-        self._expected = _OPENING[role]
+        self._stages = _RECEIVES[role]
+        self._stage = 0  # the handshake's until the last stage
+        self._expected = self._stages[0]
         self._fragments: dict[int, tuple[Op, bytearray]] = {}
         self._hello_sent = False
 
@@ -183,7 +192,7 @@ class ReplicaCodec:
             raise ProtocolError(f"unknown op {op_byte & ~_MORE}")
         if op not in self._expected:
             raise ProtocolError(f"op {op.name} is not expected here by the {self.role.value}")
-        if self._expected is not _OPENING[self.role]:
+        if self._stage == len(self._stages) - 1:
             if length > FRAGMENT_BYTES:
                 raise ProtocolError(f"frame of {length} bytes is over a fragment")
             return op
@@ -230,8 +239,9 @@ class ReplicaCodec:
             event = decode_body(op, call_id, body)
         except (struct.error, UnicodeDecodeError, CorruptRecord) as exc:
             raise ProtocolError(f"malformed {op.name}: {exc}") from exc
-        if op in _OPENING[self.role]:
-            self._expected = _AFTERWARDS[self.role]
+        if self._stage < len(self._stages) - 1:
+            self._stage += 1
+            self._expected = self._stages[self._stage]
         return event
 
     # -- sending -----------------------------------------------------------------------
@@ -241,7 +251,7 @@ class ReplicaCodec:
         if not isinstance(event, _SENDS[self.role]):
             raise ChannelMisuse(f"a {self.role.value} does not send {type(event).__name__}")
         op, call_id, head, value = encode_body(event)
-        if isinstance(event, Hello | Welcome | Refused) and len(head) > HANDSHAKE_BYTES:
+        if isinstance(event, _HANDSHAKE) and len(head) > HANDSHAKE_BYTES:
             raise ChannelMisuse(f"{op.name} of {len(head)} bytes is over the handshake limit")
         if isinstance(event, Hello):
             if self._hello_sent:

@@ -1,5 +1,6 @@
-"""The internal range stream over HTTP (shared by both ends): its path, headers and
-framing. Single-record calls travel on the replica channel (`dht.replication.protocol`).
+"""Internal HTTP (shared by both ends): the paths, the headers, the proof of the
+cluster secret every request carries, and the range stream's framing. Single-record
+calls travel on the replica channel (`dht.replication.protocol`).
 
 The range stream is a sequence of frames: key length (4 bytes big-endian), key, record
 length (4 bytes big-endian), encoded record (`dht.model.record`, version included).
@@ -8,15 +9,22 @@ length (4 bytes big-endian), encoded record (`dht.model.record`, version include
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import ClientRequest, ClientResponse
 
 from dht.model.record import Record, encode
+from dht.replication.proof import new_nonce, request_proof
 
 RECORDS_PATH = "/internal/v0/records"
 # Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
 # A node's membership step (dht/web/membership_api.py serves it); the fence watch asks it.
 TOPOLOGY_PATH = "/v0/admin/topology"
-SECRET_HEADER = "X-Dht-Secret"
+# The proof of the cluster secret (`dht.replication.proof.request_proof`): the secret
+# itself is never sent.
+PROOF_HEADER = "X-Dht-Proof"
 RING_HEADER = "X-Dht-Ring"
 RECORD_CONTENT_TYPE = "application/x-dht-records"
 
@@ -26,3 +34,21 @@ FRAME_LENGTH = struct.Struct(">I")
 def encode_frame(key: bytes, record: Record) -> bytes:
     data = encode(record)
     return FRAME_LENGTH.pack(len(key)) + key + FRAME_LENGTH.pack(len(data)) + data
+
+
+Handler = Callable[[ClientRequest], Awaitable[ClientResponse]]
+
+
+def proving(secret: str) -> Callable[[ClientRequest, Handler], Awaitable[ClientResponse]]:
+    """An aiohttp client middleware that adds to every request its proof of `secret`."""
+
+    async def prove(request: ClientRequest, handler: Handler) -> ClientResponse:
+        body = request.body if isinstance(request.body, bytes) else await request.body.as_bytes()
+        made_ms = int(time.time() * 1000)
+        target = request.url.raw_path_qs
+        request.headers[PROOF_HEADER] = request_proof(
+            secret, request.method, target, made_ms, new_nonce(), body
+        )
+        return await handler(request)
+
+    return prove

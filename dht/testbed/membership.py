@@ -37,7 +37,7 @@ from dht.model.topology import (
     data_at_risk,
     steps_to_resume,
 )
-from dht.replication.wire import SECRET_HEADER, TOPOLOGY_PATH
+from dht.replication.wire import TOPOLOGY_PATH, proving
 
 POLL = 0.2
 # A node that does not answer at all for this long stops the change (SPEC.md rule 13.8).
@@ -90,9 +90,9 @@ async def change_membership(
             "can only leave"
         )
     deadlines = (step_deadline, no_answer_deadline)
-    headers = {SECRET_HEADER: secret} if secret else {}
     timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+    middlewares = (proving(secret),) if secret else ()
+    async with aiohttp.ClientSession(timeout=timeout, middlewares=middlewares) as session:
         states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
         going_to = _change_under_way(states.values())
         lost = set(going_to or ()) - set(new)

@@ -8,9 +8,9 @@ storage only. Every version received is bounded by the clock (`HybridClock.obser
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,12 +21,13 @@ from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.channel_server import ReplicaRefusal
 from dht.replication.messages import PROTOCOL_VERSION, Hello, Why
+from dht.replication.proof import SeenNonces, Side, check_request, proof
 from dht.replication.wire import (
     EXCHANGE_PATH,
+    PROOF_HEADER,
     RECORD_CONTENT_TYPE,
     RECORDS_PATH,
     RING_HEADER,
-    SECRET_HEADER,
     encode_frame,
 )
 from dht.storage.disk import DiskFull
@@ -51,6 +52,7 @@ class InternalApi:
         self._secret = secret
         self._membership = membership
         self._refusals = RateLimitedLog(log)
+        self._seen = SeenNonces()  # the nonces of the internal requests taken lately
         # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
         self.exchange_answerer: ExchangeAnswerer | None = None
         # Told of every replica write once stored (the handoff looks for records this
@@ -65,8 +67,6 @@ class InternalApi:
                 f"protocol version {hello.version} is not this node's {PROTOCOL_VERSION}: "
                 "run the same dht version on every node"
             )
-        if not self._secret_matches(hello.secret):
-            return "wrong or missing cluster secret"
         if not self._membership.shares_ring(hello.ring):
             return (
                 f"ring identity {hello.ring} shares no ring with this node's "
@@ -74,6 +74,9 @@ class InternalApi:
                 "--cluster lists or --vnodes, or are two steps of a membership change apart"
             )
         return None
+
+    def proof(self, side: Side, hello: Hello, server_nonce: bytes) -> bytes:
+        return proof(self._secret, side, hello.nonce, server_nonce, hello.sender, hello.ring)
 
     def rpc_get(self, key: bytes) -> Record | None:
         return self._storage.get(key)
@@ -107,24 +110,39 @@ class InternalApi:
     async def exchange(self, request: web.BaseRequest, params: Params) -> web.Response:
         """A peer's anti-entropy request: hashes of the tree it shares with this node,
         or digests of some of its leaves."""
-        if (refusal := self.guard(request)) is not None:
+        body = await request.read()
+        if (refusal := self.guard(request, body)) is not None:
             return refusal
         if request.headers.get(RING_HEADER, self._membership.identity) != self._membership.identity:
             return text(409, "Conflict: anti-entropy runs only between nodes on the same ring")
         if self.exchange_answerer is None:
             return text(503, "Unavailable: anti-entropy is not running on this node")
         try:
-            message = json.loads(await request.read())
+            message = json.loads(body)
             answer = self.exchange_answerer(message)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             return text(400, f"Bad Request: {exc!r}")
         return web.Response(text=json.dumps(answer), content_type="application/json")
 
-    def guard(self, request: web.BaseRequest) -> web.Response | None:
-        """An internal HTTP request must carry the cluster secret (when one is set), and
-        the sender must share a ring with this node (when it says its rings)."""
-        if not self._secret_matches(request.headers.get(SECRET_HEADER, "")):
-            return text(403, "Forbidden: internal request without the cluster secret")
+    def guard(self, request: web.BaseRequest, body: bytes = b"") -> web.Response | None:
+        """An internal HTTP request must prove the cluster secret (when one is set) for
+        this very request (`body` is the one it carried), and the sender must share a
+        ring with this node (when it says its rings)."""
+        if self._secret is not None:
+            why = check_request(
+                self._secret,
+                request.headers.get(PROOF_HEADER, ""),
+                request.method,
+                request.raw_path,
+                body,
+                int(time.time() * 1000),
+                self._seen,
+            )
+            if why is not None:
+                self._refusals.warning(
+                    "request-proof", "refused an internal request from %s: %s", request.remote, why
+                )
+                return text(403, f"Forbidden: internal request with {why}")
         ring = request.headers.get(RING_HEADER)
         if ring is not None and not self._membership.shares_ring(ring):
             return text(
@@ -133,15 +151,6 @@ class InternalApi:
                 f"{self._membership.identity}",
             )
         return None
-
-    def _secret_matches(self, offered: str) -> bool:
-        if self._secret is None:
-            return True
-        # A header's bytes come as text with surrogates for what is not UTF-8: compare
-        # the bytes that were sent.
-        return hmac.compare_digest(
-            offered.encode("utf-8", "surrogateescape"), self._secret.encode()
-        )
 
     async def records(self, request: web.BaseRequest, params: Params) -> web.StreamResponse:
         """This node's local range, tombstones and versions included, in framed batches."""

@@ -20,12 +20,13 @@ from dht.storage.membership import Membership
 from dht.web.server import Params, Route, text
 
 StepTaker = Callable[[TopologyState], Awaitable[bool]]
-Guard = Callable[[web.BaseRequest], web.Response | None]
+Guard = Callable[[web.BaseRequest, bytes], web.Response | None]
 
 
 class MembershipApi:
     def __init__(self, membership: Membership, take_step: StepTaker, guard: Guard) -> None:
-        """`guard` refuses a request without the cluster secret (when one is set)."""
+        """`guard` refuses a request (with its body) that does not prove the cluster
+        secret (when one is set)."""
         self._membership = membership
         self._take_step = take_step
         self._guard = guard
@@ -37,10 +38,11 @@ class MembershipApi:
         return web.json_response(self._membership.state.to_json())
 
     async def step(self, request: web.BaseRequest, params: Params) -> web.Response:
-        if (refusal := self._guard(request)) is not None:
+        body = await request.read()
+        if (refusal := self._guard(request, body)) is not None:
             return refusal
         try:
-            proposed = TopologyState.from_json(json.loads(await request.read()))
+            proposed = TopologyState.from_json(json.loads(body))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             return text(400, f"Bad Request: {exc}")
         try:

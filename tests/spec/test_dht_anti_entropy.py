@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import LOWEST_KEY, Cluster, Node, expect, request, wait_for
+from dht.conformance.launcher import (
+    LOWEST_KEY,
+    Cluster,
+    Node,
+    expect,
+    internal_request,
+    request,
+    wait_for,
+)
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
@@ -140,9 +148,8 @@ def test_the_exchange_endpoint_wants_the_secret_and_answers_bad_requests_400(
     url = cluster[0].url + "/internal/v0/anti-entropy"
     ask = {"op": "hashes", "level": 0, "nodes": [0], "peer": cluster.urls[1]}
     assert request("POST", url, json.dumps(ask).encode()).status == 403
-    secret = {"X-Dht-Secret": "exchange-secret"}
     wait_for(lambda: cluster[0].status()["anti_entropy"]["trees_ready"], bool)
-    answer = request("POST", url, json.dumps(ask).encode(), headers=secret)
+    answer = internal_request(cluster[0], "POST", url, json.dumps(ask).encode())
     assert answer.status == 200 and len(json.loads(answer.body)["hashes"]) == 1, answer
     for bad in [
         b"not json",
@@ -151,7 +158,7 @@ def test_the_exchange_endpoint_wants_the_secret_and_answers_bad_requests_400(
         json.dumps(ask | {"level": 99}).encode(),
         json.dumps(ask | {"op": "x"}).encode(),
     ]:
-        refused = request("POST", url, bad, headers=secret)
+        refused = internal_request(cluster[0], "POST", url, bad)
         assert refused.status == 400, (bad, refused)
     assert request("GET", cluster[0].url + "/v0/status").status == 200
 

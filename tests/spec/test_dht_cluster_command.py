@@ -4,7 +4,6 @@ serves, and is closed to forged replica writes out of the box (rule 11.4)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
@@ -68,7 +67,8 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
         answer = replica_call(
             nodes[1],
             lambda call_id: PutRecord(call_id, b"k", forged),
-            dataclasses.replace(peer_hello(nodes[1]), secret=""),
+            peer_hello(nodes[1]),
+            secret="",
         )
         assert isinstance(answer, Refused), answer
         assert "secret" in answer.reason

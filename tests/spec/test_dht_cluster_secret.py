@@ -11,24 +11,34 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Node, free_ports, peer_hello, replica_call, request
+from dht.conformance.launcher import (
+    HOST,
+    Node,
+    free_ports,
+    peer_hello,
+    proof_header,
+    replica_call,
+    request,
+)
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import PutRecord, RecordAbsent, RecordFound, Refused, Stored
-from dht.replication.wire import RING_HEADER, SECRET_HEADER
+from dht.replication.proof import REQUEST_WINDOW_MS, new_nonce, request_proof
+from dht.replication.wire import PROOF_HEADER, RING_HEADER
 
 pytestmark = pytest.mark.dht
 
 
-def write_with(node: Node, key: str, **hello: str) -> object:
+def write_with(node: Node, key: str, secret: str | None = None, **hello: str) -> object:
     """A replica write, newer than any before it, on a channel opened with `hello`'s
-    fields changed."""
+    fields changed and a proof made with `secret` (the node's own by default)."""
     record = Record.live(version_at(wall_clock_ms()), b"forged")
     return replica_call(
         node,
         lambda call_id: PutRecord(call_id, key.encode(), record),
         dataclasses.replace(peer_hello(node), **hello),
+        secret,
     )
 
 
@@ -42,10 +52,20 @@ def test_with_a_secret_a_channel_without_it_is_refused(start_cluster: ClusterFac
         assert "secret" in answer.reason
     refused = request("GET", f"{cluster[1].url}/internal/v0/records?start=a")
     assert refused.status == 403
-    guessed = request(
-        "GET", f"{cluster[1].url}/internal/v0/records?start=a", headers={SECRET_HEADER: "guess"}
-    )
+    records = f"{cluster[1].url}/internal/v0/records?start=a"
+    guessed = request("GET", records, headers=proof_header("guess", "GET", records))
     assert guessed.status == 403
+    assert "wrong proof" in guessed.text
+    proven = proof_header("s3cret", "GET", records)
+    assert request("GET", records, headers=proven).status == 200
+    replayed = request("GET", records, headers=proven)
+    assert replayed.status == 403 and "replay" in replayed.text, replayed
+    elsewhere = request("GET", records + "&end=z", headers=proof_header("s3cret", "GET", records))
+    assert elsewhere.status == 403, elsewhere  # a proof is for its own target only
+    long_ago = wall_clock_ms() - REQUEST_WINDOW_MS - 60_000
+    old = request_proof("s3cret", "GET", "/internal/v0/records?start=a", long_ago, new_nonce(), b"")
+    late = request("GET", records, headers={PROOF_HEADER: old})
+    assert late.status == 403 and "over the 300 s allowed" in late.text, late
     for node in cluster:
         answer = node.get("account", "3/3")
         assert (answer.status, answer.body) == (200, b"real")

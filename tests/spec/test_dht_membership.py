@@ -15,7 +15,15 @@ import pytest
 
 from dht.config import NodeConfig
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Cluster, Node, expect, request, wait_for
+from dht.conformance.launcher import (
+    Cluster,
+    Node,
+    Response,
+    expect,
+    proof_header,
+    request,
+    wait_for,
+)
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
@@ -26,7 +34,6 @@ from tests.launcher import run_module
 pytestmark = pytest.mark.dht
 
 SECRET = "membership-secret"
-HEADERS = {"X-Dht-Secret": SECRET}
 CHANGE_TIMEOUT = 120.0
 HANDOFF_DEADLINE = 60.0
 HOUR = 3600
@@ -37,10 +44,16 @@ def topology_url(base: str) -> str:
 
 
 def put_step(base: str, step: dict[str, object], secret: bool = True) -> tuple[int, str]:
-    response = request(
-        "PUT", topology_url(base), json.dumps(step).encode(), headers=HEADERS if secret else {}
-    )
+    response = put_body(base, json.dumps(step).encode(), secret)
     return response.status, response.text
+
+
+def put_body(base: str, body: bytes, secret: bool = True) -> Response:
+    """A PUT of the topology, proving the cluster secret (or not)."""
+    url = topology_url(base)
+    return request(
+        "PUT", url, body, headers=proof_header(SECRET, "PUT", url, body) if secret else {}
+    )
 
 
 @rule("13.1")
@@ -58,7 +71,7 @@ def test_a_node_takes_only_the_next_step_and_keeps_it_across_a_restart(
 
     assert put_step(first.url, joint, secret=False)[0] == 403
     for malformed in [b"not json", b"[]", b'{"epoch": 1}', json.dumps(joint | {"x": 1}).encode()]:
-        answer = request("PUT", topology_url(first.url), malformed, headers=HEADERS)
+        answer = put_body(first.url, malformed)
         assert answer.status == 400, (malformed, answer)
     status, reason = put_step(first.url, handoff)
     assert status == 409 and "stable" in reason, reason

@@ -8,7 +8,15 @@ from collections.abc import Callable
 
 from dht.model.record import Record
 from dht.replication.channel import ClientConnection, PeerError
-from dht.replication.messages import PROTOCOL_VERSION, Answer, Hello, PutRecord, Request
+from dht.replication.messages import (
+    PROTOCOL_VERSION,
+    Answer,
+    Challenge,
+    Hello,
+    Proof,
+    PutRecord,
+    Request,
+)
 from dht.replication.protocol import FRAGMENT_BYTES, ReplicaCodec, Role
 from dht.web.admission import ByteBudget
 
@@ -57,6 +65,9 @@ class StuckTransport:
             self._protocol.resume_writing()
 
 
+HELLO = Hello(PROTOCOL_VERSION, "u", "r", b"n" * 16)
+
+
 def put_for(value: bytes) -> Callable[[int], Request]:
     return lambda call_id: PutRecord(call_id, b"big", Record.live(7, value))
 
@@ -64,16 +75,20 @@ def put_for(value: bytes) -> Callable[[int], Request]:
 def received_by_a_replica(written: bytes) -> list[object]:
     """The events a replica's codec reads from what the connection wrote."""
     server = ReplicaCodec(Role.SERVER, LIMIT)
-    hello = ReplicaCodec(Role.CLIENT, LIMIT).send(Hello(PROTOCOL_VERSION, "u", "r", ""))
-    server.receive_data(b"".join(hello[0]) + written)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    hello = client.send(HELLO)
+    client.receive_data(b"".join(ReplicaCodec(Role.SERVER, LIMIT).send(Challenge(b"", b""))[0]))
+    client.next_event()
+    proof = client.send(Proof(b""))
+    server.receive_data(b"".join(hello[0]) + b"".join(proof[0]) + written)
     events = []
     while (event := server.next_event()) is not None:
         events.append(event)
-    return events[1:]
+    return events[2:]
 
 
 def connect(room: int, budget: ByteBudget | None = None) -> tuple[ClientConnection, StuckTransport]:
-    connection = ClientConnection("http://peer", LIMIT, lambda refusal: None, budget)
+    connection = ClientConnection("http://peer", HELLO, None, LIMIT, lambda refusal: None, budget)
     transport = StuckTransport(connection, room)
     connection.connection_made(transport)  # type: ignore[arg-type]
     return connection, transport

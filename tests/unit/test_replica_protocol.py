@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from dht.model.record import Record
 from dht.replication.messages import (
     PROTOCOL_VERSION,
+    Challenge,
     ChannelMisuse,
     Event,
     Failed,
     GetRecord,
     Hello,
+    Proof,
     ProtocolError,
     PutRecord,
     RecordAbsent,
@@ -37,15 +39,23 @@ from dht.replication.protocol import (
 )
 
 LIMIT = 1 << 20
-HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", "s3cret")
+HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", b"n" * 16)
+CHALLENGE = Challenge(b"m" * 16, b"p" * 32)
 
 
 def pair() -> tuple[ReplicaCodec, ReplicaCodec]:
     """A client and a server codec, past the handshake."""
     client, server = ReplicaCodec(Role.CLIENT, LIMIT), ReplicaCodec(Role.SERVER, LIMIT)
-    assert deliver(client.send(HELLO), server) == [HELLO]
+    shake(client, server)
     assert deliver(server.send(Welcome()), client) == [Welcome()]
     return client, server
+
+
+def shake(client: ReplicaCodec, server: ReplicaCodec) -> None:
+    """HELLO, CHALLENGE and PROOF between `client` and `server`: calls may follow."""
+    assert deliver(client.send(HELLO), server) == [HELLO]
+    assert deliver(ReplicaCodec(Role.SERVER, LIMIT).send(CHALLENGE), client) == [CHALLENGE]
+    assert deliver(client.send(Proof(b"q" * 32)), server) == [Proof(b"q" * 32)]
 
 
 def deliver(
@@ -114,11 +124,11 @@ def test_a_large_value_travels_in_fragments_and_small_calls_can_pass_between_the
 def test_a_message_over_the_limit_is_refused_before_it_is_buffered() -> None:
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, 1000)
-    deliver(client.send(HELLO), server)
+    shake(client, server)
     with pytest.raises(ProtocolError, match="over the message limit"):
         deliver(client.send(PutRecord(1, b"k", Record.live(1, b"x" * 2000))), server)
     fragmented = ReplicaCodec(Role.SERVER, 100_000)
-    deliver(ReplicaCodec(Role.CLIENT, LIMIT).send(HELLO), fragmented)
+    shake(ReplicaCodec(Role.CLIENT, LIMIT), fragmented)
     with pytest.raises(ProtocolError, match="over the 100000-byte limit"):
         deliver(client.send(PutRecord(2, b"k", Record.live(1, b"x" * 200_000))), fragmented)
 
@@ -133,20 +143,37 @@ def test_a_server_expects_the_preface_then_hello_first() -> None:
         deliver([PREFACE, *client.send(GetRecord(1, b"k"))], server)
 
 
-def test_a_client_expects_welcome_or_refused_first() -> None:
+def test_a_client_expects_challenge_or_refused_first_then_welcome_or_refused() -> None:
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, LIMIT)
     with pytest.raises(ProtocolError, match="STORED is not expected"):
         deliver(server.send(Stored(1, True)), client)
     client = ReplicaCodec(Role.CLIENT, LIMIT)
+    with pytest.raises(ProtocolError, match="WELCOME is not expected"):
+        deliver(server.send(Welcome()), client)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    assert deliver(server.send(Refused("wrong ring")), client) == [Refused("wrong ring")]
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    assert deliver(server.send(CHALLENGE), client) == [CHALLENGE]
+    with pytest.raises(ProtocolError, match="CHALLENGE is not expected"):
+        deliver(server.send(CHALLENGE), client)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    deliver(server.send(CHALLENGE), client)
     assert deliver(server.send(Refused("wrong secret")), client) == [Refused("wrong secret")]
+
+
+def test_a_server_takes_no_call_between_hello_and_proof() -> None:
+    client, server = ReplicaCodec(Role.CLIENT, LIMIT), ReplicaCodec(Role.SERVER, LIMIT)
+    deliver(client.send(HELLO), server)
+    with pytest.raises(ProtocolError, match="GET is not expected"):
+        deliver([struct.pack(">IBI", 1, 4, 1) + b"k"], server)
 
 
 def test_a_hello_of_another_version_is_read_only_as_far_as_its_version() -> None:
     server = ReplicaCodec(Role.SERVER, LIMIT)
-    body = struct.pack(">H", 2) + b"\xff anything a later version may say"
+    body = struct.pack(">H", 3) + b"\xff anything a later version may say"
     frame = struct.pack(">IBI", len(body), 1, 0) + body
-    assert deliver([PREFACE, frame], server) == [Hello(2, "", "", "")]
+    assert deliver([PREFACE, frame], server) == [Hello(3, "", "", b"")]
 
 
 @pytest.mark.parametrize(
@@ -243,7 +270,7 @@ def test_a_budget_admits_fragments_and_the_caller_releases_what_the_event_held()
     budget = FakeBudget(1 << 30)
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, LIMIT, budget)
-    deliver(client.send(HELLO), server)
+    shake(client, server)
     big = PutRecord(1, b"k", Record.live(1, b"v" * 200_000))
     assert deliver(client.send(big), server) == [big]
     assert server.held == budget.in_flight > 200_000
@@ -256,7 +283,7 @@ def test_a_message_past_the_budget_is_dropped_unread_and_answered_unadmitted() -
     budget.in_flight = 90_000  # another message holds most of it
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, LIMIT, budget)
-    deliver(client.send(HELLO), server)
+    shake(client, server)
     events = deliver(client.send(PutRecord(7, b"k", Record.live(1, b"v" * 200_000))), server)
     assert events == [Unadmitted(7)]
     assert budget.in_flight == 90_000  # nothing of it is held
@@ -267,7 +294,7 @@ def test_partials_cut_off_by_the_connection_end_give_their_bytes_back() -> None:
     budget = FakeBudget(1 << 30)
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, LIMIT, budget)
-    deliver(client.send(HELLO), server)
+    shake(client, server)
     frames = client.send(PutRecord(1, b"k", Record.live(1, b"v" * 300_000)))
     assert deliver(frames[:2], server) == []
     assert budget.in_flight > 0
@@ -311,11 +338,12 @@ def test_a_client_judges_the_answer_to_its_hello_by_its_header_too() -> None:
 
 
 def test_the_largest_hello_a_node_sends_fits_the_handshake_limit() -> None:
-    hello = Hello(PROTOCOL_VERSION, "http://" + "h" * 253 + ":65535", "f" * 16, "s" * 1024)
+    ring = ",".join(["f" * 16] * 16)  # a ring identity per list, more than a change has
+    hello = Hello(PROTOCOL_VERSION, "http://" + "h" * 253 + ":65535", ring, b"n" * 16)
     client, server = ReplicaCodec(Role.CLIENT, LIMIT), ReplicaCodec(Role.SERVER, LIMIT)
     assert deliver(client.send(hello), server) == [hello]
     with pytest.raises(ChannelMisuse, match="handshake"):
-        ReplicaCodec(Role.CLIENT, LIMIT).send(dataclasses.replace(hello, secret="s" * 4096))
+        ReplicaCodec(Role.CLIENT, LIMIT).send(dataclasses.replace(hello, ring="r" * 4096))
 
 
 # -- after it: no frame over a fragment ------------------------------------------------
