@@ -160,8 +160,9 @@ class ClientConnection(Connection):
 
 class ReplicaChannel:
     """The channel to one peer, dialled on demand. Calls carry no deadline of their own:
-    the caller (`dht.replication.peers.Peer`) keeps one for each, and reports a missed one with
-    `deadline_missed` so a silent connection is torn down."""
+    the caller (`dht.replication.peers.Peer`) keeps one for each, asks how much of a large
+    answer has arrived (`received`) before giving up on it, and reports a missed deadline
+    with `deadline_missed` so a silent connection is torn down."""
 
     def __init__(
         self,
@@ -190,20 +191,29 @@ class ReplicaChannel:
         self._waiting: list[tuple[Callable[[int], Request], OnAnswer]] = []
         self.refusal: str | None = None
 
-    def call(self, request_for: Callable[[int], Request], on_answer: OnAnswer) -> int | None:
+    def call(self, request_for: Callable[[int], Request], on_answer: OnAnswer) -> None:
         """Sends a request (once connected: the first call dials); `on_answer` gets the
-        answer or the PeerError that ended the call. Returns the call id once sent."""
+        answer or the PeerError that ended the call. `request_for` is given the call id
+        when the request is made: at once, or once the connection is up."""
         connection = self._connection
         if connection is not None and not connection.closed:
-            return connection.call(request_for, on_answer)
+            connection.call(request_for, on_answer)
+            return
         self._waiting.append((request_for, on_answer))
         if self._dialling is None:
             self._dialling = asyncio.ensure_future(self._dial())
-        return None
 
     def forget(self, call_id: int | None) -> None:
         if call_id is not None and self._connection is not None:
             self._connection.forget(call_id)
+
+    def received(self, call_id: int | None) -> int:
+        """Bytes of call `call_id`'s answer received so far while it is still arriving
+        in fragments; 0 for an answer not begun, complete or small."""
+        connection = self._connection
+        if call_id is None or connection is None or connection.closed:
+            return 0
+        return connection.codec.received(call_id)
 
     def deadline_missed(self, since: float) -> None:
         """A call sent at `since` (loop time) got no answer in time: if nothing at all

@@ -124,7 +124,8 @@ class Peer:
         return self.breaker.available()
 
     def get(self, key: bytes) -> asyncio.Future[Record | None]:
-        """The peer's record for `key` (None: it holds none)."""
+        """The peer's record for `key` (None: it holds none). A large record gets time to
+        travel on top of the deadline, by the bytes of it received (`_PendingCall`)."""
         return self._call(lambda call_id: GetRecord(call_id, key), _record_of)
 
     def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
@@ -142,9 +143,10 @@ class Peer:
         result_of: Callable[[Answer], T],
         extra_time: float = 0.0,
     ) -> asyncio.Future[T]:
-        """One call on the channel, under the breaker and the deadline. A plain future,
-        resolved from the channel's callback or the deadline's timer: no task, no
-        coroutine per call. It fails with PeerError; cancelling it abandons the call."""
+        """One call on the channel, under the breaker and the deadline (`--timeout`, plus
+        `extra_time` for a large request). A plain future, resolved from the channel's
+        callback or the deadline's timer: no task, no coroutine per call. It fails with
+        PeerError; cancelling it abandons the call."""
         loop = asyncio.get_running_loop()
         result: asyncio.Future[T] = loop.create_future()
         is_probe = self.breaker.state is not State.CLOSED
@@ -152,10 +154,9 @@ class Peer:
             self.observe_call("circuit_open", None)
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
-        call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for)
+        call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for, extra_time)
         if extra_time:  # a deadline of its own: the sweep relies on the plain ones' order
-            timer = loop.call_later(self.timeout + extra_time, call.expire)
-            result.add_done_callback(lambda _: timer.cancel())
+            call.time_itself(loop)
             return result
         self._deadlines.append(call)
         if self._sweep_timer is None:
@@ -163,7 +164,9 @@ class Peer:
         return result
 
     def _sweep(self) -> None:
-        """Fails every call whose deadline has come, then waits for the next deadline."""
+        """Ends the wait of every call whose plain deadline has come (`_PendingCall.expire`
+        fails it, or moves a large answer under way to a timer of its own), then waits
+        for the next deadline."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         deadlines = self._deadlines
@@ -280,16 +283,18 @@ class Peer:
                 log.info("circuit to %s closed", self.url)
 
 
-# A call carrying more than a fragment gets its size at this rate on top of --timeout, so
-# a large but healthy transfer is not cut off as a time-out. It is low because a replica
-# writes large values one at a time (LevelDB takes ~200 MB/s here): 16 concurrent 16 MiB
-# writes queue for over a second before the last one lands.
+# A call carrying more than a fragment, or answered with more (counted as it arrives),
+# gets its size at this rate on top of --timeout, so a large but healthy transfer is not
+# cut off as a time-out. It is low because a replica writes large values one at a time
+# (LevelDB takes ~200 MB/s here): 16 concurrent 16 MiB writes queue for over a second
+# before the last one lands.
 SLOWEST_TRANSFER = 8 * 1024 * 1024  # bytes per second
 _PLAIN_CALL_BYTES = 64 * 1024
 
 
 def transfer_time(size: int) -> float:
-    """Seconds added to the deadline of a call carrying `size` bytes."""
+    """Seconds added to the deadline of a call carrying `size` bytes, or answered with
+    `size` bytes so far."""
     return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
 
 
@@ -297,9 +302,30 @@ class _PendingCall(Generic[T]):
     """One channel call in flight: settles its future once, from the first of the answer,
     the channel's failure, the deadline or the caller's cancellation, and records the
     outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
-    bad answer is a failure; a cancellation (no one needs the answer) is neither."""
+    bad answer is a failure; a cancellation (no one needs the answer) is neither.
 
-    __slots__ = ("_call_id", "_is_probe", "_peer", "_result", "_result_of", "_started", "sent")
+    Its deadline is `--timeout` after it was sent, plus the `transfer_time` of a large
+    request, plus the `transfer_time` of the bytes of a large answer received by then
+    (a read's answer may be a 16 MiB record, whose size nothing announces). Those bytes
+    are counted only when the deadline comes, never per fragment: a small call costs
+    what it always did, and a large answer moves to a timer of its own each time its
+    bytes have earned it more time. So an answer begun within `--timeout` that keeps
+    coming at the rate `transfer_time` assumes is never cut off, whatever its size; one
+    that slows below it or stops fails once the deadline overtakes its bytes."""
+
+    __slots__ = (
+        "_allowed",
+        "_call_id",
+        "_extra",
+        "_is_probe",
+        "_peer",
+        "_request_for",
+        "_result",
+        "_result_of",
+        "_started",
+        "_timer",
+        "sent",
+    )
 
     def __init__(
         self,
@@ -309,6 +335,7 @@ class _PendingCall(Generic[T]):
         is_probe: bool,
         sent: float,
         request_for: Callable[[int], Request],
+        extra_time: float,
     ) -> None:
         self._peer = peer
         self._result = result
@@ -316,12 +343,29 @@ class _PendingCall(Generic[T]):
         self._is_probe = is_probe
         self.sent = sent  # loop time; the peer's deadline sweep reads it
         self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
+        self._extra = extra_time  # a large request's transfer time
+        self._allowed = peer.timeout + extra_time  # seconds after `sent` it waits, so far
+        self._timer: asyncio.TimerHandle | None = None  # its own deadline, if it has one
+        self._call_id: int | None = None  # known once the request is made
+        self._request_for: Callable[[int], Request] | None = request_for
         result.add_done_callback(self._settled)
-        self._call_id = peer.channel.call(request_for, self._answered)
+        peer.channel.call(self._request, self._answered)
 
     @property
     def settled(self) -> bool:
         return self._result.done()
+
+    def _request(self, call_id: int) -> Request:
+        """Makes the request when the channel sends it (at once, or once it is dialled),
+        and learns the call's id; the request (a PUT's value) is not kept."""
+        self._call_id = call_id
+        request_for, self._request_for = self._request_for, None
+        assert request_for is not None, "the channel makes each request once"
+        return request_for(call_id)
+
+    def time_itself(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Puts the call's deadline on a timer of its own, rather than the peer's sweep."""
+        self._timer = loop.call_at(self.sent + self._allowed, self.expire)
 
     def _answered(self, answer: Answer | PeerError) -> None:
         if self._result.done():
@@ -339,11 +383,19 @@ class _PendingCall(Generic[T]):
         self._result.set_result(value)
 
     def expire(self) -> None:
+        """Its deadline came: it fails, unless bytes of its answer came meanwhile that
+        earn it more time."""
         if self._result.done():
             return
-        self._peer.channel.forget(self._call_id)
-        self._peer.channel.deadline_missed(self.sent)
-        error = PeerError(f"{self._peer.url}: no answer within {self._peer.timeout}s")
+        peer = self._peer
+        allowed = peer.timeout + self._extra + transfer_time(peer.channel.received(self._call_id))
+        if allowed > self._allowed:
+            self._allowed = allowed
+            self.time_itself(asyncio.get_running_loop())
+            return
+        peer.channel.forget(self._call_id)
+        peer.channel.deadline_missed(self.sent)
+        error = PeerError(f"{peer.url}: no answer within {self._allowed:.3g}s")
         self._fail(error, "timeout", None)
 
     def _fail(self, error: PeerError, outcome: str, seconds: float | None) -> None:
@@ -352,6 +404,8 @@ class _PendingCall(Generic[T]):
             self._result.set_exception(error)
 
     def _settled(self, result: asyncio.Future[T]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         if result.cancelled():
             self._peer.observe_call("cancelled", None)
             self._peer.channel.forget(self._call_id)

@@ -172,6 +172,13 @@ class ReplicaCodec:
             body = memoryview(parts) if op in (Op.PUT, Op.RECORD) else bytes(parts)
             return self._event(op, call_id, body)
 
+    def received(self, call_id: int) -> int:
+        """Bytes of call `call_id`'s message received so far, while it arrives in
+        fragments (0 before its first fragment, and once it is complete): the progress
+        a caller's deadline can be measured against."""
+        started = self._fragments.get(call_id)
+        return 0 if started is None else len(started[1])
+
     def _take_preface(self) -> bool:
         seen = bytes(self._buffer[: len(PREFACE)])
         if not PREFACE.startswith(seen):

@@ -121,6 +121,20 @@ def test_a_large_value_travels_in_fragments_and_small_calls_can_pass_between_the
     assert deliver(interleaved, server) == [GetRecord(2, b"small"), big]
 
 
+def test_a_client_counts_the_bytes_of_an_answer_while_its_fragments_arrive() -> None:
+    """What a call's deadline is measured against: a large record's bytes so far."""
+    client, server = pair()
+    found = RecordFound(3, Record.live(7, bytes(range(256)) * 1024))  # 256 KiB
+    fragments = server.send(found)
+    assert client.received(3) == 0
+    for count, fragment in enumerate(fragments[:-1], start=1):
+        assert deliver([fragment], client) == []
+        assert client.received(3) == count * FRAGMENT_BYTES
+        assert client.received(4) == 0  # another call's answer has not begun
+    assert deliver(fragments[-1:], client) == [found]
+    assert client.received(3) == 0  # complete: no longer arriving
+
+
 def test_a_message_over_the_limit_is_refused_before_it_is_buffered() -> None:
     client = ReplicaCodec(Role.CLIENT, LIMIT)
     server = ReplicaCodec(Role.SERVER, 1000)
