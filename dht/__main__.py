@@ -39,11 +39,16 @@ def main(argv: list[str] | None = None) -> int:
                 config.port,
             )
 
+        from dht.replication.tls import TlsSetupError
         from dht.storage.store import StorageUnavailable
 
         try:
             run_node(config)
-        except (OSError, StorageUnavailable) as exc:  # port taken, data dir locked, ...
+        except (
+            OSError,
+            StorageUnavailable,
+            TlsSetupError,
+        ) as exc:  # port taken, data dir locked, ...
             logging.getLogger("dht").error("cannot start: %s", exc)
             return 1
         return 0
@@ -102,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
         if (problem := template_problem(args.node_command)) is not None:
             print(f"error: {problem}", file=sys.stderr)
+            return 2
+        if args.tls:
+            print(
+                "error: --tls gives dht's nodes their TLS flags; another implementation's "
+                "nodes take none (--node-command)",
+                file=sys.stderr,
+            )
             return 2
     # Another implementation cannot be told to dial its peers through the links
     # (dht's --route): its links are those of a network namespace per node.

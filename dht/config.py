@@ -270,6 +270,31 @@ class NodeConfig:
         "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
         "its port; `cluster` generates one)",
     )
+    tls_cert: Path | None = setting(
+        None,
+        scope="node",
+        parse=Path,
+        metavar="PEM",
+        help="this node's certificate (PEM, its chain after it), signed by the cluster's CA "
+        "and naming the host of its --cluster entry: with --tls-key and --tls-ca, every "
+        "node-to-node connection is TLS, both ends checked against the CA (default: none, "
+        "plain)",
+    )
+    tls_key: Path | None = setting(
+        None,
+        scope="node",
+        parse=Path,
+        metavar="PEM",
+        help="the private key of --tls-cert (default: none)",
+    )
+    tls_ca: Path | None = setting(
+        None,
+        scope="node",
+        parse=Path,
+        metavar="PEM",
+        help="the cluster's CA certificate: a peer must present a certificate it signed, "
+        "and clients may use https on the same port (default: none)",
+    )
     max_clock_drift: float = setting(
         60.0,
         parse=positive_float,
@@ -295,6 +320,11 @@ class NodeConfig:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="logging level (default %(default)s)",
     )
+
+    @property
+    def tls(self) -> bool:
+        """Whether node-to-node traffic is TLS (`--tls-cert`, `--tls-key`, `--tls-ca`)."""
+        return self.tls_ca is not None
 
     @property
     def max_clock_drift_ms(self) -> int:

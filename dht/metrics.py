@@ -248,6 +248,14 @@ def _totals(status: dict[str, Any]) -> Iterator[Metric]:
         "Writes refused (507) because the disk was below its reserve",
         status["disk"]["writes_refused"],
     )
+    tls_refused = CounterMetricFamily(
+        "dht_tls_refused",
+        "Peers refused for want of a valid TLS certificate, by reason",
+        labels=["reason"],
+    )
+    for reason, count in status["tls"].get("refused", {}).items():
+        tls_refused.add_metric([reason], count)
+    yield tls_refused
     yield _counter(
         "dht_tombstones_collected",
         "Tombstones and expired records removed for good",

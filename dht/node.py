@@ -28,6 +28,7 @@ from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
+from dht.replication.tls import load_contexts
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
@@ -70,8 +71,17 @@ class Node:
         self.membership = Membership(config.data_dir, seed, config.vnodes)
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
+        self.tls = (
+            load_contexts(config.tls_cert, config.tls_key, config.tls_ca)
+            if config.tls_cert and config.tls_key and config.tls_ca
+            else None
+        )
         self.peers = Peers(
-            config, self.membership.state.members, self.membership.identity, self.budget
+            config,
+            self.membership.state.members,
+            self.membership.identity,
+            self.budget,
+            self.tls.client if self.tls is not None else None,
         )
         self.hints = HintStore(
             self.storage.hints,
@@ -84,7 +94,13 @@ class Node:
         self.coordinator = Coordinator(
             config, self.storage, self.membership, self.peers, self.clock, self.hints
         )
-        self.internal = InternalApi(self.storage, self.clock, config.secret, self.membership)
+        self.internal = InternalApi(
+            self.storage,
+            self.clock,
+            config.secret,
+            self.membership,
+            self.tls.refusals if self.tls is not None else None,
+        )
         self.handoff = Handoff(
             config.self_url,
             config.data_dir,
@@ -97,7 +113,7 @@ class Node:
         self.anti_entropy, self.collector = self._repair_loops()
         self.ring_share = self.membership.topology.current.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
-        admin = MembershipApi(self.membership, self.apply_step, self.internal.guard)
+        admin = MembershipApi(self.membership, self.apply_step, self._guard_step)
         routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
         if config.metrics:
@@ -120,6 +136,11 @@ class Node:
                 "so they run ahead of its wall clock until it catches up",
                 behind_ms / 1000,
             )
+
+    def _guard_step(self, request: web.BaseRequest, body: bytes) -> web.Response | None:
+        """A membership step proves the secret; it carries no records, so the operator's
+        tool needs no certificate."""
+        return self.internal.guard(request, body, peers_only=False)
 
     def _fenced(self, reason: str) -> None:
         self.http.fenced = reason
@@ -206,6 +227,8 @@ class Node:
             "ring_identity": self.membership.identity,
             "vnodes": self.config.vnodes,
             "fenced": self.http.fenced,
+            "tls": {"enabled": self.tls is not None}
+            | (self.tls.refusals.status() if self.tls is not None else {}),
             "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
@@ -274,6 +297,7 @@ class Node:
                 self.internal,
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
                 self.budget,
+                self.tls,
             )
             if self.http.fenced is None:
                 await self.fence.first_check()  # never a stale answer once removed

@@ -52,6 +52,9 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     if len(set(cluster)) != len(cluster):
         raise ValueError("--cluster lists a node twice")
     given = {flag.name: getattr(args, flag.name) for flag in node_settings()}
+    tls = [args.tls_cert, args.tls_key, args.tls_ca]
+    if any(tls) and not all(tls):
+        raise ValueError("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     return NodeConfig(
         **given
         | {

@@ -179,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--host must stay 127.0.0.1 (or localhost)",
     )
     cluster.add_argument(
+        "--tls",
+        action="store_true",
+        help="make node-to-node traffic TLS: a throwaway CA and a certificate per node "
+        "are made in DATA_DIR/tls (kept for the next run) and given to each node with "
+        "--tls-cert, --tls-key and --tls-ca; clients keep plain HTTP (or use https with "
+        "DATA_DIR/tls/ca.pem). dht's nodes only, not with --node-command",
+    )
+    cluster.add_argument(
         "--node-command",
         metavar="TEMPLATE",
         help="run each node with this command line, the nodes of another implementation "

@@ -18,6 +18,7 @@ import os
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -50,6 +51,7 @@ from dht.replication.messages import (
 from dht.replication.proof import Side, new_nonce, proof, request_proof
 from dht.replication.protocol import Frame, ReplicaCodec, Role
 from dht.replication.wire import FRAME_LENGTH, PROOF_HEADER, RECORDS_PATH
+from dht.testbed.certificates import LocalCA
 from dht.testbed.namespaces import die_with_parent
 from dht.testbed.node_template import node_argv
 from dht.testbed.toxiproxy import free_ports
@@ -64,6 +66,9 @@ STOP_DEADLINE = 10.0
 # The folder a node command runs in: the kit sets it to where the user started the kit,
 # so a relative path in the command means what it meant there.
 NODE_CWD_ENV = "DHT_NODE_CWD"
+# "1": every Cluster's nodes talk TLS to each other, with certificates from a throwaway CA
+# in the cluster's folder (the suite runs over TLS; dht's own flags).
+TLS_ENV = "DHT_TLS"
 # The smallest non-empty key: a range from it takes every key (a start must not be empty).
 LOWEST_KEY = "\x00"
 DEFAULT_COMMAND = (
@@ -124,10 +129,17 @@ def request(
     body: bytes | None = None,
     timeout: float = 10.0,
     headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Response:
-    """One HTTP request on a fresh connection; raises OSError if nothing answers."""
+    """One HTTP request on a fresh connection (HTTPS with `tls`); raises OSError if
+    nothing answers."""
     parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout)
+    host = parts.hostname or HOST
+    connection = (
+        http.client.HTTPSConnection(host, parts.port, timeout=timeout, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection(host, parts.port, timeout=timeout)
+    )
     started = time.monotonic()
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
@@ -411,6 +423,17 @@ class Node:
             raise RuntimeError(f"{self.url} metrics: {response.status} {response.text}")
         return Metrics.parse(response.body.decode())
 
+    @property
+    def peer_tls(self) -> ssl.SSLContext | None:
+        """With TLS between nodes (`--tls-ca`), the context a tool that speaks to this
+        node as a peer does (it presents the node's own certificate); else None."""
+        ca, cert, key = self.flag("--tls-ca"), self.flag("--tls-cert"), self.flag("--tls-key")
+        if ca is None or cert is None or key is None:
+            return None
+        context = ssl.create_default_context(cafile=ca)
+        context.load_cert_chain(cert, key)
+        return context
+
     def flag(self, name: str) -> str | None:
         """The value of `--name` among the node's extra arguments, if given."""
         for index, arg in enumerate(self.extra_args):
@@ -476,6 +499,10 @@ class Cluster:
             )
             for i, port in enumerate(ports)
         ]
+        if os.environ.get(TLS_ENV) == "1" and "--tls-ca" not in (extra_args or []):
+            authority = LocalCA(root / "tls")
+            for i, node in enumerate(self.nodes):
+                node.extra_args += authority.issue(f"node-{i}").flags()
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)
@@ -548,6 +575,8 @@ def _handshake(
     hello = hello or peer_hello(node)
     codec = ReplicaCodec(Role.CLIENT, 1 << 30)
     sock = socket.create_connection((HOST, node.port), timeout=timeout)
+    if (tls := node.peer_tls) is not None:
+        sock = tls.wrap_socket(sock, server_hostname=HOST)
     send_frames(sock, codec.send(hello))
     while (event := codec.next_event()) is None:
         data = sock.recv(65536)
@@ -598,9 +627,11 @@ def internal_request(node: Node, method: str, url: str, body: bytes | None = Non
     """One HTTP request to an internal path, proving the node's cluster secret if it has
     one."""
     secret = cluster_secret(node)
-    return request(
-        method, url, body, headers={} if secret is None else proof_header(secret, method, url, body)
-    )
+    headers = {} if secret is None else proof_header(secret, method, url, body)
+    tls = node.peer_tls
+    if tls is not None:
+        url = "https" + url.removeprefix("http")
+    return request(method, url, body, headers=headers, tls=tls)
 
 
 def proof_header(secret: str, method: str, url: str, body: bytes | None = None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -173,11 +174,15 @@ class ReplicaChannel:
         max_message_bytes: int,
         timeout: float,
         budget: Budget | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`hello`: what the next connection's HELLO says (each gets a nonce of its
         own); `budget`: the node's byte budget, which counts the large writes given up
-        on midway until they have left."""
+        on midway until they have left; `tls`: the context each connection is made with
+        (the peer's certificate must name the host of `peer`), or None for plain TCP."""
         self.peer = peer
+        self._tls = tls
+        self._server_hostname = urlsplit(peer).hostname if tls is not None else None
         self._secret = secret
         parts = urlsplit(dial_url)
         self._host = parts.hostname or "127.0.0.1"
@@ -259,10 +264,13 @@ class ReplicaChannel:
                     ),
                     self._host,
                     self._port,
+                    ssl=self._tls,
+                    server_hostname=self._server_hostname,
+                    ssl_handshake_timeout=self._timeout if self._tls is not None else None,
                 )
                 connection.send(hello)
                 failure = await challenged
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             failure = f"{self.peer}: cannot open the replica channel: {exc!r}"
             if connection is not None:
                 connection.abort()

@@ -10,16 +10,22 @@ deadline (`dht.replication.handshakes`).
 
 `ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
 byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
-handed to aiohttp.
+handed to aiohttp. With TLS between nodes (`dht.replication.tls`), a connection whose
+first byte is 0x16 (a TLS ClientHello) is TLS, and inside it the first byte decides
+again; a channel then needs the peer's certificate, checked against the cluster's CA.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import functools
 import logging
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
+
+import uvloop
+import uvloop.loop
 
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
@@ -43,6 +49,14 @@ from dht.replication.messages import (
 )
 from dht.replication.proof import NONCE_BYTES, Side, new_nonce, proves
 from dht.replication.protocol import PREFACE, Budget, ReplicaCodec, Role
+from dht.replication.tls import (
+    NO_CERTIFICATE,
+    TLS_HANDSHAKE,
+    TLS_ONLY,
+    TlsContexts,
+    TlsRefusals,
+    handshake_reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +102,17 @@ class ServerConnection(Connection):
         garbage: RateLimitedLog,
         budget: Budget | None = None,
         handshakes: Handshakes | None = None,
+        tls_refusals: TlsRefusals | None = None,
     ) -> None:
         """`handshakes`, when given, bounds how long and how many connections may wait
-        for their HELLO."""
+        for their HELLO; `tls_refusals`, given when nodes talk TLS, counts the channels
+        refused for coming without a certificate the cluster's CA signed."""
         super().__init__(ReplicaCodec(Role.SERVER, max_message_bytes, budget), budget)
         self._service = service
         self._live = live
         self._garbage = garbage
         self._handshakes = handshakes
+        self._tls_refusals = tls_refusals
         self._refused = False
         self._hello: Hello | None = None
         self._server_nonce = b""
@@ -148,6 +165,12 @@ class ServerConnection(Connection):
             elif not self.send(RecordFound(event.call_id, record), weighed=True):
                 self.send(Failed(event.call_id, Why.OVERLOADED, _OVER_BUDGET))
         elif isinstance(event, Hello):
+            if self._tls_refusals is not None and not self._certified():
+                self._tls_refusals.refused(
+                    NO_CERTIFICATE, f"{event.sender} ({self.peer})", TLS_ONLY, logged=True
+                )
+                self._refuse(event.sender, TLS_ONLY)
+                return
             reason = self._service.admit(event)
             if reason is None and len(event.nonce) < NONCE_BYTES:
                 reason = f"its HELLO's nonce is shorter than {NONCE_BYTES} bytes"
@@ -167,6 +190,11 @@ class ServerConnection(Connection):
                 self.send(Welcome())
             else:
                 self._refuse(self._hello.sender, WRONG_SECRET)
+
+    def _certified(self) -> bool:
+        """Whether the connection is TLS and the peer presented a certificate (TLS
+        checked it against the CA already)."""
+        return self.transport is not None and bool(self.transport.get_extra_info("peercert"))
 
     def _refuse(self, sender: str, reason: str) -> None:
         """Answers REFUSED, reads nothing more, and closes once it is written."""
@@ -222,15 +250,20 @@ class ServerConnection(Connection):
 
 class ProtocolSniffer(asyncio.Protocol):
     """The first protocol of every accepted connection: on the first byte it hands the
-    connection to the replica channel (0x00) or to the HTTP server (anything else)."""
+    connection to the replica channel (0x00), to TLS (0x16, when `tls` is given: inside
+    it, another sniffer decides) or to the HTTP server (anything else)."""
 
     def __init__(
         self,
         http: Callable[[], asyncio.Protocol],
         channel: Callable[[], asyncio.Protocol],
+        tls: TlsContexts | None = None,
+        tls_handshake_deadline: float = 5.0,
     ) -> None:
         self._http = http
         self._channel = channel
+        self._tls = tls
+        self._tls_deadline = tls_handshake_deadline
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -238,7 +271,55 @@ class ProtocolSniffer(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
+        if self._tls is not None and data[0] == TLS_HANDSHAKE:
+            self._start_tls(self._tls, data)
+            return
         protocol = self._channel() if data[:1] == PREFACE[:1] else self._http()
         self._transport.set_protocol(protocol)
         protocol.connection_made(self._transport)
         protocol.data_received(data)
+
+    def _start_tls(self, tls: TlsContexts, data: bytes) -> None:
+        """Puts TLS between the connection and a sniffer of what it carries, and gives
+        it the bytes read already (the ClientHello's first)."""
+        assert self._transport is not None
+        loop = asyncio.get_running_loop()
+        handshake: asyncio.Future[None] = loop.create_future()
+        peer = self._transport.get_extra_info("peername")
+        handshake.add_done_callback(functools.partial(_tls_handshake_done, tls.refusals, peer))
+        inner = ProtocolSniffer(self._http, self._channel)
+        secured = _ssl_protocol(loop)(
+            loop,
+            inner,
+            tls.server,
+            handshake,
+            server_side=True,
+            ssl_handshake_timeout=self._tls_deadline,
+        )
+        self._transport.set_protocol(secured)
+        secured.connection_made(self._transport)
+        view = memoryview(data)
+        while view:
+            buffer = memoryview(secured.get_buffer(len(view)))
+            taken = min(len(buffer), len(view))
+            buffer[:taken] = view[:taken]
+            secured.buffer_updated(taken)
+            view = view[taken:]
+
+
+def _ssl_protocol(loop: asyncio.AbstractEventLoop) -> Any:
+    """The loop's own TLS protocol class: uvloop's (in C) under uvloop, asyncio's
+    otherwise. Both take a connection midway, which `loop.start_tls` cannot: the bytes
+    the sniffer read are fed to it by hand."""
+    uvloop_tls = getattr(uvloop.loop, "SSLProtocol", None)
+    if uvloop_tls is not None and isinstance(loop, uvloop.Loop):
+        return uvloop_tls
+    return asyncio.sslproto.SSLProtocol
+
+
+def _tls_handshake_done(
+    refusals: TlsRefusals, peer: object, handshake: asyncio.Future[None]
+) -> None:
+    if handshake.cancelled() or (error := handshake.exception()) is None:
+        return
+    refusals.refused(handshake_reason(error), str(peer), f"TLS handshake failed: {error}")

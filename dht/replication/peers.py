@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable
@@ -72,10 +73,16 @@ def _unobserved(outcome: str, seconds: float | None) -> None:
 
 class Peer:
     def __init__(
-        self, url: str, config: NodeConfig, ring_identity: str, budget: Budget | None = None
+        self,
+        url: str,
+        config: NodeConfig,
+        ring_identity: str,
+        budget: Budget | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`budget`: the node's byte budget, which counts a large write given up on
-        midway until its last fragments have left."""
+        midway until its last fragments have left; `tls`: the context every connection
+        to the peer is made with (`dht.replication.tls`), or None for plain TCP."""
         self.url = url
         # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
         self.observe_call: CallObserver = _unobserved
@@ -93,13 +100,18 @@ class Peer:
             config.max_value_bytes + MESSAGE_OVERHEAD,
             config.timeout,
             budget,
+            tls,
         )
-        self._base_url = URL(config.dial_url(url))
+        base = URL(config.dial_url(url))
+        self._base_url = base.with_scheme("https") if tls is not None else base
+        # The name its certificate must bear: its own URL's host, not a proxy's.
+        self._server_hostname = URL(url).host if tls is not None else None
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None),
             headers={RING_HEADER: ring_identity},
             auto_decompress=False,
             middlewares=(proving(config.secret),) if config.secret else (),
+            connector=aiohttp.TCPConnector(ssl=tls if tls is not None else True),
         )
         self._was_open = False
         # Calls in the order they were sent, so in the order their deadlines come: one
@@ -193,7 +205,7 @@ class Peer:
         url = URL(f"{self._base_url}{RECORDS_PATH}?{query}", encoded=True)
 
         async def request() -> aiohttp.ClientResponse:
-            response = await self._session.get(url)
+            response = await self._session.get(url, server_hostname=self._server_hostname)
             if response.status != 200:
                 response.release()
                 raise PeerError(f"{self.url}: range answered {response.status}")
@@ -207,7 +219,9 @@ class Peer:
         not open a circuit that replication then waits on."""
         try:
             async with asyncio.timeout(self.timeout):
-                async with self._session.get(self._base_url.with_path(path)) as answer:
+                async with self._session.get(
+                    self._base_url.with_path(path), server_hostname=self._server_hostname
+                ) as answer:
                     if answer.status != 200:
                         raise PeerError(f"{self.url}: {path} answered {answer.status}")
                     return await answer.json()
@@ -220,7 +234,9 @@ class Peer:
         """One internal JSON request (anti-entropy's), under the breaker and deadline."""
 
         async def request() -> dict[str, Any]:
-            async with self._session.post(self._base_url.with_path(path), json=message) as answer:
+            async with self._session.post(
+                self._base_url.with_path(path), json=message, server_hostname=self._server_hostname
+            ) as answer:
                 if answer.status != 200:
                     raise PeerError(f"{self.url}: {path} answered {answer.status}")
                 result: dict[str, Any] = await answer.json()
@@ -446,9 +462,12 @@ class Peers:
         nodes: Iterable[str],
         ring_identity: str,
         budget: Budget | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: the context connections to peers are made with, or None (plain)."""
         self._config = config
         self._budget = budget
+        self._tls = tls
         self.by_url: dict[str, Peer] = {}
         self.ensure(nodes, ring_identity)
 
@@ -458,7 +477,8 @@ class Peers:
         added = []
         for url in nodes:
             if url != self._config.self_url and url not in self.by_url:
-                self.by_url[url] = peer = Peer(url, self._config, ring_identity, self._budget)
+                peer = Peer(url, self._config, ring_identity, self._budget, self._tls)
+                self.by_url[url] = peer
                 added.append(peer)
         for peer in self.by_url.values():
             peer.set_identity(ring_identity)

@@ -34,6 +34,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from dht.testbed.certificates import LocalCA
 from dht.testbed.local_cluster import LocalCluster
 from dht.testbed.node_processes import (
     START_DEADLINE,
@@ -67,6 +68,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     # users of the machine cannot read it from the process list.
     environment = os.environ | {"DHT_SECRET": args.secret or secrets.token_hex(16)}
     cluster = LocalCluster(args.host, args.data_dir, extra, environment, chaos=args.chaos)
+    if args.tls:
+        cluster.authority = LocalCA(args.data_dir / "tls")
     if args.node_command is not None:
         cluster.command_for = template_command(args.node_command)
         cluster.skews = None

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from dht.config import url_port
+from dht.testbed.certificates import LOCAL_HOSTS, LocalCA
 from dht.testbed.cluster_control import CONTROL_FILE, ActionFailed, ControlServer, one_at_a_time
 from dht.testbed.cluster_membership import Change, MembershipChanges
 from dht.testbed.node_faults import NodeFaults
@@ -78,8 +79,10 @@ class LocalCluster(NodeFaults, MembershipChanges):
         # dht's own node, unless the command runs another implementation's.
         self.command_for: Callable[[str, Path, list[str]], list[str]]
         self.command_for = lambda url, data_dir, urls: node_command(
-            url_port(url), data_dir, urls, self.host, self.extra
+            url_port(url), data_dir, urls, self.host, self.extra + self.tls_flags(url)
         )
+        # With `cluster --tls`: the CA each node's certificate comes from.
+        self.authority: LocalCA | None = None
         # Why `add` and `remove` are refused, if they are: nodes that are not dht's have
         # no membership API for them to drive.
         self.fixed_membership: str | None = None
@@ -92,6 +95,13 @@ class LocalCluster(NodeFaults, MembershipChanges):
         # One add or remove at a time; `unfinished` is only touched while holding it.
         self.changing = threading.Lock()
         self.unfinished: Change | None = None
+
+    def tls_flags(self, url: str) -> list[str]:
+        """The TLS flags of node `url` (its certificate, made on first use), if any."""
+        if self.authority is None:
+            return []
+        hosts = tuple(dict.fromkeys([*LOCAL_HOSTS, self.host]))
+        return self.authority.issue(f"node-{url_port(url)}", hosts).flags()
 
     @property
     def secret(self) -> str | None:

@@ -22,6 +22,7 @@ from dht.model.record import Record
 from dht.replication.channel_server import ReplicaRefusal
 from dht.replication.messages import PROTOCOL_VERSION, Hello, Why
 from dht.replication.proof import SeenNonces, Side, check_request, proof
+from dht.replication.tls import NO_CERTIFICATE, TLS_ONLY, TlsRefusals
 from dht.replication.wire import (
     EXCHANGE_PATH,
     PROOF_HEADER,
@@ -45,9 +46,17 @@ _STREAM_BUFFER = 64 * 1024
 
 class InternalApi:
     def __init__(
-        self, storage: Storage, clock: HybridClock, secret: str | None, membership: Membership
+        self,
+        storage: Storage,
+        clock: HybridClock,
+        secret: str | None,
+        membership: Membership,
+        tls_refusals: TlsRefusals | None = None,
     ) -> None:
+        """`tls_refusals`, given when nodes talk TLS: a peer's request (range, exchange)
+        must then come over TLS with a certificate, and those without are counted."""
         self._storage = storage
+        self._tls_refusals = tls_refusals
         self._clock = clock
         self._secret = secret
         self._membership = membership
@@ -124,10 +133,19 @@ class InternalApi:
             return text(400, f"Bad Request: {exc!r}")
         return web.Response(text=json.dumps(answer), content_type="application/json")
 
-    def guard(self, request: web.BaseRequest, body: bytes = b"") -> web.Response | None:
+    def guard(
+        self, request: web.BaseRequest, body: bytes = b"", peers_only: bool = True
+    ) -> web.Response | None:
         """An internal HTTP request must prove the cluster secret (when one is set) for
         this very request (`body` is the one it carried), and the sender must share a
-        ring with this node (when it says its rings)."""
+        ring with this node (when it says its rings). With TLS between nodes, a request
+        `peers_only` (it reads records) must come over TLS with a certificate."""
+        refusals = self._tls_refusals
+        if peers_only and refusals is not None:
+            transport = request.transport
+            if transport is None or not transport.get_extra_info("peercert"):
+                refusals.refused(NO_CERTIFICATE, str(request.remote), f"{request.path} {TLS_ONLY}")
+                return text(403, f"Forbidden: {request.path} is for peers: {TLS_ONLY}")
         if self._secret is not None:
             why = check_request(
                 self._secret,

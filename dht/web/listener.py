@@ -2,8 +2,9 @@
 
 An aiohttp site whose accepted connections start with `ProtocolSniffer`: the first byte
 decides whether aiohttp's request handler or a replica channel `ServerConnection` takes
-the connection. One port keeps the topology a list of HTTP URLs, and lets every
-Toxiproxy link carry both kinds of traffic unchanged.
+the connection, or (0x16, with TLS between nodes) that TLS comes first. One port keeps
+the topology a list of HTTP URLs, and lets every Toxiproxy link carry every kind of
+traffic unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dht.model.log_limits import RateLimitedLog
 from dht.replication.channel_server import ProtocolSniffer, ReplicaService, ServerConnection
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import Budget
+from dht.replication.tls import TlsContexts
 
 
 class SharedPortSite(web.BaseSite):
@@ -28,9 +30,12 @@ class SharedPortSite(web.BaseSite):
         service: ReplicaService,
         max_message_bytes: int,
         budget: Budget,
+        tls: TlsContexts | None = None,
         backlog: int = 1024,
     ) -> None:
+        """`tls`: when nodes talk TLS, the contexts a TLS connection is taken with."""
         super().__init__(runner, backlog=backlog)
+        self._tls = tls
         self._host = host
         self._port = port
         self._service = service
@@ -51,11 +56,17 @@ class SharedPortSite(web.BaseSite):
 
         def channel() -> ServerConnection:
             return ServerConnection(
-                self._service, self._max_message, self.channels, garbage, self._budget, handshakes
+                self._service,
+                self._max_message,
+                self.channels,
+                garbage,
+                self._budget,
+                handshakes,
+                self._tls.refusals if self._tls is not None else None,
             )
 
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: ProtocolSniffer(http, channel),
+            lambda: ProtocolSniffer(http, channel, self._tls),
             self._host,
             self._port,
             backlog=self._backlog,

@@ -4,9 +4,11 @@ serves, and is closed to forged replica writes out of the box (rule 11.4)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -160,3 +162,36 @@ def test_a_node_killed_under_cluster_leaves_the_others_serving_and_restarts_on_i
     text = (b"".join(started) + output).decode(errors="replace")
     assert process.returncode == 0, text
     assert f"node {urls[2]} exited with code -9 (SIGKILL); the other nodes serve on" in text, text
+
+
+@rule("6.6", "11.7")
+def test_cluster_tls_makes_a_ca_and_the_nodes_replicate_over_tls(tmp_path: Path) -> None:
+    ports = consecutive_free_ports(3)
+    data = tmp_path / "data"
+    command = [sys.executable, "-m", "dht", "cluster", "--nodes", "3", "--tls"]
+    command += ["--base-port", str(ports[0]), "--data-dir", str(data), "--dashboard-port", "0"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    urls = [f"http://{HOST}:{port}" for port in ports]
+    try:
+        for url in urls:
+            wait_for(lambda url=url: status_code(url), lambda status: status == 200, deadline=20.0)
+        assert request("PUT", f"{urls[0]}/v0/entity?id=k&replicas=3/3", b"v").status == 201
+        assert request("GET", f"{urls[2]}/v0/entity?id=k&replicas=3/3").body == b"v"
+        for url in urls:
+            status = json.loads(request("GET", f"{url}/v0/status").body)
+            assert status["tls"]["enabled"] is True, status["tls"]
+        ca = data / "tls" / "ca.pem"
+        client = ssl.create_default_context(cafile=str(ca))  # clients may use https too
+        https = request("GET", f"https://{HOST}:{ports[1]}/v0/entity?id=k", tls=client)
+        assert (https.status, https.body) == (200, b"v")
+        # A plain replica channel, even with the secret, is refused.
+        node = Node(ports[1], data / "node-2", urls[1], urls)
+        answer = replica_call(
+            node, lambda call_id: PutRecord(call_id, b"k", Record.live(1, b"x")), secret=""
+        )
+        assert isinstance(answer, Refused) and "TLS" in answer.reason, answer
+    finally:
+        output = interrupt(process)
+    assert process.returncode == 0, output.decode(errors="replace")
