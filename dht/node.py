@@ -23,7 +23,7 @@ from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
-from dht.replication.fence import FenceWatch, saved_fence
+from dht.replication.fence import FenceWatch
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
@@ -97,7 +97,9 @@ class Node:
         self.anti_entropy, self.collector = self._repair_loops()
         self.ring_share = self.membership.topology.current.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
-        admin = MembershipApi(self.membership, self.apply_step, self.internal.guard)
+        admin = MembershipApi(
+            self.membership, self.apply_step, self.internal.guard, self.clock.wall_ms
+        )
         routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
         if config.metrics:
@@ -106,10 +108,16 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
-        self.http.fenced = saved_fence(config.data_dir)
         self.fence = FenceWatch(
-            config.self_url, config.data_dir, self.membership, self.peers, self._fenced
+            config.self_url,
+            config.data_dir,
+            self.membership,
+            self.peers,
+            self._fenced,
+            self.clock.wall_ms,
+            config.max_clock_drift_ms,
         )
+        self.http.fenced = self.fence.refusal
 
     def _warn_if_clock_behind(self) -> None:
         behind_ms = version_ms(self.clock.last) - self.clock.wall_ms()
@@ -121,7 +129,7 @@ class Node:
                 behind_ms / 1000,
             )
 
-    def _fenced(self, reason: str) -> None:
+    def _fenced(self, reason: str | None) -> None:
         self.http.fenced = reason
 
     def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
@@ -205,7 +213,8 @@ class Node:
             "cluster": list(self.membership.topology.current.nodes),
             "ring_identity": self.membership.identity,
             "vnodes": self.config.vnodes,
-            "fenced": self.http.fenced,
+            "fenced": self.fence.fenced,
+            "clock_fence": self.fence.status(),
             "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
@@ -275,13 +284,14 @@ class Node:
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
                 self.budget,
             )
-            if self.http.fenced is None:
-                await self.fence.first_check()  # never a stale answer once removed
+            if self.fence.fenced is None:
+                # Never a stale answer once removed, nor a refused write with a clock off.
+                await self.fence.first_check()
             await site.start()
             self.hint_delivery.start()
             self._start_repair_loops()
             self.handoff.start()
-            if self.http.fenced is None:
+            if self.fence.fenced is None:
                 self.fence.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",

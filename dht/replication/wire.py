@@ -16,6 +16,9 @@ RECORDS_PATH = "/internal/v0/records"
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
 # A node's membership step (dht/web/membership_api.py serves it); the fence watch asks it.
 TOPOLOGY_PATH = "/v0/admin/topology"
+# On that answer: the node's wall clock in milliseconds since the epoch, read as it
+# answers, from which the asking node bounds its clock's offset (SPEC.md rule 9.13).
+CLOCK_HEADER = "X-Dht-Clock"
 SECRET_HEADER = "X-Dht-Secret"
 RING_HEADER = "X-Dht-Ring"
 RECORD_CONTENT_TYPE = "application/x-dht-records"
