@@ -12,8 +12,8 @@ as lost writes or stale reads; given the skew as its clock slack, it must find n
   concurrent traffic at the default quorum the checker counts what was lost.
 - Past the bound: the skewed node's clock is off from the majority's, so it is fenced
   (503 for every client request) and coordinates nothing; reads through the other nodes
-  keep every acknowledged write, and no read through the skewed node returns a write the
-  peers refused (before the fence, some did).
+  keep every acknowledged write, and no read through any node, at any A/F, returns a
+  write the peers refused (before the fence, reads through the skewed node did).
 
 Run with -s for the figures; DHT_SKEW_SECONDS (default 6) is how long each traffic run
 lasts. Each traffic run leaves a run folder with its plot.
@@ -36,6 +36,7 @@ from dht.conformance.traffic import Clients, attempt, final_read, key_space
 from dht.history.checker import CLOCK_SLACK, Kind, Op, Report, Window, check
 from dht.history.run_folder import Run, new_run_dir, write_run
 from dht.model.ring import Ring
+from dht.testbed.toxiproxy import node_name
 
 TRAFFIC_SECONDS = float(os.environ.get("DHT_SKEW_SECONDS", "6"))
 SEED = 13
@@ -191,3 +192,87 @@ def test_past_the_bound_the_skewed_node_is_fenced_and_nothing_is_lost(
         assert node.status()["clock_fence"]["fenced"] is None
     assert report.acked > 0
     assert report.ok, report.details()
+
+
+# Every `replicas=A/F` a read can ask for on three nodes.
+EVERY_REPLICA_COUNT = ("1/1", "1/2", "2/2", "1/3", "2/3", "3/3")
+OVERWRITTEN = [f"overwritten-{index:02d}" for index in range(30)]
+
+
+def converged(cluster: Cluster, keys: list[str]) -> bool:
+    """Every node holds, for every key, a version at least as new as the newest that a
+    node whose clock is right holds: the writes that went on after their answers have
+    landed (a version refused as too far ahead lands nowhere else)."""
+    held = [node.local_records() for node in cluster]
+    return all(
+        key in records and records[key].version >= newest
+        for key in keys
+        for newest in [max(records[key].version for records in held[1:] if key in records)]
+        for records in held
+    )
+
+
+@rule("9.13")
+def test_past_the_bound_no_read_through_any_node_sees_a_refused_write(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """Issue 29's case, as a user meets it, with the default flags: 30 keys written at
+    2/3 through a right node, overwritten through the node 120 s ahead (refused by its
+    peers), then written again or deleted through the other right node; then every key
+    read through every node at every A/F. A node that answered from its own refused
+    writes would read them back instead of the acknowledged ones: stale reads and
+    resurrections, which the checker counts (before the fence, in four runs: 8 to 17 of
+    the 180 reads through node1, at 1/1, 1/2, 1/3 and once 2/2; none through the two
+    others)."""
+    skew = 120.0
+    cluster = Cluster(tmp_path, 3)  # the default flags: --max-clock-drift 60 s
+    cluster[0].extra_args += ["--clock-skew", str(skew)]
+    clusters.append(cluster)
+    cluster.start()
+    fenced(cluster[0])
+    names = {node.url: node_name(index) for index, node in enumerate(cluster)}
+    ahead, first, second = cluster
+
+    def write(node: Node, kind: Kind, key: str, value: bytes | None) -> Op:
+        return attempt(node, kind, key, value, 5.0, node_name=names[node.url], replicas="2/3")
+
+    history = [write(first, Kind.PUT, key, f"{key} from node2".encode()) for key in OVERWRITTEN]
+    refused = [write(ahead, Kind.PUT, key, f"{key} from node1".encode()) for key in OVERWRITTEN]
+    history += refused
+    for index, key in enumerate(OVERWRITTEN):  # acknowledged after the refused ones
+        if index % 2:
+            history.append(write(second, Kind.PUT, key, f"{key} again from node3".encode()))
+        else:
+            history.append(write(second, Kind.DELETE, key, None))
+    wait_for(lambda: converged(cluster, OVERWRITTEN), bool, deadline=10.0)
+    for node in cluster:
+        for replicas in EVERY_REPLICA_COUNT:
+            history += [
+                attempt(
+                    node, Kind.GET, key, None, 5.0, node_name=names[node.url], replicas=replicas
+                )
+                for key in OVERWRITTEN
+            ]
+    reads = {key: final_read(first, key) for key in OVERWRITTEN}
+    final = {key: value for key, (value, _) in reads.items()}
+    final_at = {key: seen for key, (_, seen) in reads.items()}
+    report = check(history, final, final_at=final_at)
+    refused_values = {op.value for op in refused}
+    seen_refused, wrong, unavailable = {}, {}, {}
+    for name in names.values():
+        through = [op for op in history if op.is_write or op.node == name]
+        alone = check(through, final, final_at=final_at)
+        wrong[name] = len(alone.stale_reads) + len(alone.resurrected)
+        gets = [op for op in through if not op.is_write]
+        seen_refused[name] = sum(op.value in refused_values for op in gets)
+        unavailable[name] = sum(op.status == 503 for op in gets)
+    print(
+        f"\nclock +{skew:g}s on node1 (bound 60 s): {report.summary()}"
+        f"\nwrites through node1 acknowledged: {sum(op.acknowledged for op in refused)} of "
+        f"{len(refused)}; reads returning a refused write, by node: {seen_refused}"
+        f"\nstale reads and resurrections, by node: {wrong}; reads answered 503: {unavailable}"
+    )
+    assert all(op.status == 503 for op in refused)  # fenced: not even tried
+    assert report.ok, report.details()
+    assert sum(wrong.values()) == 0 and sum(seen_refused.values()) == 0
+    assert unavailable == {"node1": 180, "node2": 0, "node3": 0}
