@@ -300,7 +300,8 @@ class NodeConfig:
         parse=positive_float,
         help="seconds a version received from a peer may be ahead of this node's clock; "
         "records further ahead are refused, so one skewed or forged version cannot "
-        "push the cluster into the future (default %(default)s)",
+        "push the cluster into the future; a node whose clock is further than this from "
+        "most of the cluster's serves no client (default %(default)s)",
     )
     clock_skew: float = setting(
         0.0,

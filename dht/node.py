@@ -23,7 +23,7 @@ from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
-from dht.replication.fence import FenceWatch, saved_fence
+from dht.replication.fence import FenceWatch
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
@@ -113,7 +113,9 @@ class Node:
         self.anti_entropy, self.collector = self._repair_loops()
         self.ring_share = self.membership.topology.current.shares()
         client = ClientApi(self.coordinator, config, self.budget, self.status)
-        admin = MembershipApi(self.membership, self.apply_step, self._guard_step)
+        admin = MembershipApi(
+            self.membership, self.apply_step, self._guard_step, self.clock.wall_ms
+        )
         routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
         if config.metrics:
@@ -122,10 +124,16 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
-        self.http.fenced = saved_fence(config.data_dir)
         self.fence = FenceWatch(
-            config.self_url, config.data_dir, self.membership, self.peers, self._fenced
+            config.self_url,
+            config.data_dir,
+            self.membership,
+            self.peers,
+            self._fenced,
+            self.clock.wall_ms,
+            config.max_clock_drift_ms,
         )
+        self.http.fenced = self.fence.refusal
 
     def _warn_if_clock_behind(self) -> None:
         behind_ms = version_ms(self.clock.last) - self.clock.wall_ms()
@@ -142,7 +150,7 @@ class Node:
         tool needs no certificate."""
         return self.internal.guard(request, body, peers_only=False)
 
-    def _fenced(self, reason: str) -> None:
+    def _fenced(self, reason: str | None) -> None:
         self.http.fenced = reason
 
     def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
@@ -226,7 +234,8 @@ class Node:
             "cluster": list(self.membership.topology.current.nodes),
             "ring_identity": self.membership.identity,
             "vnodes": self.config.vnodes,
-            "fenced": self.http.fenced,
+            "fenced": self.fence.fenced,
+            "clock_fence": self.fence.status(),
             "tls": {"enabled": self.tls is not None}
             | (self.tls.refusals.status() if self.tls is not None else {}),
             "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
@@ -299,13 +308,14 @@ class Node:
                 self.budget,
                 self.tls,
             )
-            if self.http.fenced is None:
-                await self.fence.first_check()  # never a stale answer once removed
+            if self.fence.fenced is None:
+                # Never a stale answer once removed, nor a refused write with a clock off.
+                await self.fence.first_check()
             await site.start()
             self.hint_delivery.start()
             self._start_repair_loops()
             self.handoff.start()
-            if self.http.fenced is None:
+            if self.fence.fenced is None:
                 self.fence.start()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",

@@ -1,14 +1,26 @@
-"""The fence: a node removed from the cluster stops serving clients (SPEC.md rule 13.9).
+"""The fences: a node that must not answer clients from its own data stops serving them.
 
-A node that was down or cut off while the others removed it (`membership --dead`) comes
-back in the step it had: its own ring, its own data, possibly stale. Its peers already
-refuse its replica calls, hints and anti-entropy, since it shares no ring with them
-(rule 11.5); this makes it say so to its clients too, instead of answering from its own
-data. At start and every `interval` it asks its peers for their membership step; when
-a peer is at a later step that leaves it out, or its own step does (a removal it took
-part in), it is fenced: saved in `fenced.json` in its data folder, so a restart stays
-fenced, until an operator wipes the folder (and, to bring the machine back, joins it
-again with `--join`).
+Removed (SPEC.md rule 13.9). A node that was down or cut off while the others removed it
+(`membership --dead`) comes back in the step it had: its own ring, its own data,
+possibly stale. Its peers already refuse its replica calls, hints and anti-entropy, since
+it shares no ring with them (rule 11.5); this makes it say so to its clients too, instead
+of answering from its own data. When a peer is at a later step that leaves it out, or
+its own step does (a removal it took part in), it is fenced: saved in `fenced.json` in
+its data folder, so a restart stays fenced, until an operator wipes the folder (and, to
+bring the machine back, joins it again with `--join`).
+
+Its clock off (rule 9.13). Every answer it gets carries the peer's wall clock
+(CLOCK_HEADER), which bounds the offset between the two clocks by the round trip
+(`dht.model.clock_offset`). When the peers whose clocks are off from its own by more than
+`--max-clock-drift` are more than half of the cluster, its writes would be refused by
+them (or theirs by it) while it answered reads with its own: it stops serving clients
+until a later look finds its clock back within the bound. Not saved: a restart looks
+again before it serves.
+
+Both come from one look, at start before the node serves and every `interval` after:
+every peer asked for its membership step at once (`GET /v0/admin/topology`). Until every
+peer has answered once (peers started at the same moment as this node), the look comes
+every ASK_AGAIN instead.
 """
 
 from __future__ import annotations
@@ -16,15 +28,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from dht.model.clock_offset import Offset, clock_fence
 from dht.model.topology import TopologyState, removed
 from dht.replication.background import OwnedTask
-from dht.replication.peers import PeerError, Peers
-from dht.replication.wire import TOPOLOGY_PATH
+from dht.replication.peers import Peer, PeerError, Peers
+from dht.replication.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.storage.membership import Membership, save_json
 
 log = logging.getLogger(__name__)
@@ -34,6 +49,9 @@ CHECK_INTERVAL = 5.0
 # How long a starting node waits for its peers' steps before it serves (rule 1.1 gives it
 # a second to answer /v0/status).
 FIRST_CHECK_SECONDS = 0.5
+# How soon the watch looks again while a peer has never answered: peers started with
+# this node (a whole cluster at once) open their ports a moment after its first look.
+ASK_AGAIN = 0.1
 
 
 def saved_fence(data_dir: Path) -> str | None:
@@ -48,13 +66,18 @@ def saved_fence(data_dir: Path) -> str | None:
 
 
 class FenceWatch:
+    """`fence` hears the reason clients are refused whenever it changes (None: served);
+    `wall_ms` is this node's wall clock, `max_drift_ms` the bound on its offset."""
+
     def __init__(
         self,
         self_url: str,
         data_dir: Path,
         membership: Membership,
         peers: Peers,
-        fence: Callable[[str], None],
+        fence: Callable[[str | None], None],
+        wall_ms: Callable[[], int],
+        max_drift_ms: int,
         interval: float = CHECK_INTERVAL,
     ) -> None:
         self._self_url = self_url
@@ -62,14 +85,37 @@ class FenceWatch:
         self._membership = membership
         self._peers = peers
         self._fence = fence
+        self._wall_ms = wall_ms
+        self._max_drift_ms = max_drift_ms
         self._interval = interval
-        self.fenced: str | None = None
+        self.fenced: str | None = saved_fence(data_dir)  # removed: for good
+        self.clock_fenced: str | None = None  # its clock off: until it is back
+        # Each peer's offset as the last look measured it (None: no answer, or no clock).
+        self.offsets: dict[str, Offset | None] = {}
+        self._answered: set[str] = set()  # peers that answered at least once
         self._task = OwnedTask("fence", self._run)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why clients are refused now, if they are."""
+        return self.fenced or self.clock_fenced
+
+    def status(self) -> dict[str, Any]:
+        """For /v0/status: the clock fence's reason, the bound, each peer's offset."""
+        return {
+            "fenced": self.clock_fenced,
+            "max_drift": self._max_drift_ms / 1000,
+            "offsets": {
+                url: None if offset is None else offset.to_json()
+                for url, offset in self.offsets.items()
+            },
+        }
 
     async def first_check(self) -> None:
         """Before the node serves: one look, bounded by FIRST_CHECK_SECONDS (peers that
         hang are asked again by the watch), so a node removed while it was away never
-        answers a client from its stale data."""
+        answers a client from its stale data, nor one whose clock is off from its
+        peers' with its refused writes."""
         await self.check(FIRST_CHECK_SECONDS)
 
     def start(self) -> None:
@@ -81,28 +127,34 @@ class FenceWatch:
     async def _run(self) -> None:
         while self.fenced is None:
             await self.check()
-            await asyncio.sleep(self._interval)
+            waiting = not set(self._peers.by_url) <= self._answered
+            await asyncio.sleep(ASK_AGAIN if waiting else self._interval)
 
     async def check(self, within: float | None = None) -> None:
         """One look: this node's own step, then every peer's that answers within
         `within` seconds, asked all at once (one a step behind, or removed with it, says
-        nothing; one that removed it does)."""
+        nothing; one that removed it does), and the clocks of those that answered."""
         own = self._membership.state
         if removed(own, None, self._self_url):
             self._set(f"this node was removed from the cluster (its step, epoch {own.epoch})")
             return
         peers = list(self._peers.by_url.items())
-        asks = [asyncio.ensure_future(peer.get_json(TOPOLOGY_PATH)) for _, peer in peers]
+        asks = [asyncio.ensure_future(self._ask(peer)) for _, peer in peers]
         if asks:
             await asyncio.wait(asks, timeout=within)
+        offsets: dict[str, Offset | None] = {}
         for (url, _), ask in zip(peers, asks, strict=True):
+            offsets[url] = None
             if not ask.done():
                 ask.cancel()
                 continue
             try:
-                theirs = TopologyState.from_json(ask.result())
+                step, offset = ask.result()
+                theirs = TopologyState.from_json(step)
             except (PeerError, ValueError, aiohttp.ClientError, asyncio.CancelledError):
                 continue
+            self._answered.add(url)
+            offsets[url] = offset
             if removed(self._membership.state, theirs, self._self_url):
                 self._set(
                     f"this node was removed from the cluster at epoch {theirs.epoch} (as "
@@ -111,6 +163,32 @@ class FenceWatch:
                     "its data folder, and start it with --join to bring it back"
                 )
                 return
+        self._judge_clock(offsets)
+
+    async def _ask(self, peer: Peer) -> tuple[Any, Offset | None]:
+        """A peer's step, and its clock's offset from this one's when it says its clock.
+        The round trip is timed on the monotonic clock, so a step of the wall clock
+        while the answer travels cannot shrink the interval."""
+        sent_ms = self._wall_ms()
+        started = time.monotonic_ns()
+        step, headers = await peer.get_json(TOPOLOGY_PATH)
+        received_ms = sent_ms + -(-(time.monotonic_ns() - started) // 1_000_000)  # rounded up
+        return step, _offset(headers, sent_ms, received_ms)
+
+    def _judge_clock(self, offsets: dict[str, Offset | None]) -> None:
+        self.offsets = offsets
+        nodes = self._membership.state.members | {self._self_url}
+        measured = [
+            offset for url, offset in offsets.items() if offset is not None and url in nodes
+        ]
+        reason = clock_fence(measured, len(nodes), self._max_drift_ms)
+        before, self.clock_fenced = self.clock_fenced, reason
+        if reason != before:  # fenced, lifted, or the offset it says moved
+            self._fence(self.refusal)
+        if before is None and reason is not None:
+            log.error("clock fenced: %s", reason)
+        elif before is not None and reason is None:
+            log.warning("clock fence lifted: this node's clock is within the bound again")
 
     def _set(self, reason: str) -> None:
         self.fenced = reason
@@ -122,3 +200,16 @@ class FenceWatch:
             log.error(
                 "could not save the fence in %s (a restart would lift it): %s", self._path, exc
             )
+
+
+def _offset(headers: Mapping[str, str], sent_ms: int, received_ms: int) -> Offset | None:
+    """The offset an answer's clock header gives, None without one (a node of another
+    implementation, say) or with one that is not a number."""
+    clock = headers.get(CLOCK_HEADER)
+    if clock is None:
+        return None
+    try:
+        return Offset.measured(int(clock), sent_ms, received_ms)
+    except ValueError:
+        log.warning("a peer's %s header is not milliseconds: %r", CLOCK_HEADER, clock[:40])
+        return None

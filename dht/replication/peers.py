@@ -11,7 +11,7 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import aiohttp
@@ -213,10 +213,10 @@ class Peer:
 
         return RecordStream(self.url, await self._guarded(request), self.timeout, *self._longest)
 
-    async def get_json(self, path: str) -> Any:
-        """One GET of a peer's JSON (its membership step, for the fence), within the
-        deadline but outside the breaker: a peer not up yet when this node starts must
-        not open a circuit that replication then waits on."""
+    async def get_json(self, path: str) -> tuple[Any, Mapping[str, str]]:
+        """One GET of a peer's JSON and its headers (its membership step and clock, for
+        the fences), within the deadline but outside the breaker: a peer not up yet when
+        this node starts must not open a circuit that replication then waits on."""
         try:
             async with asyncio.timeout(self.timeout):
                 async with self._session.get(
@@ -224,7 +224,7 @@ class Peer:
                 ) as answer:
                     if answer.status != 200:
                         raise PeerError(f"{self.url}: {path} answered {answer.status}")
-                    return await answer.json()
+                    return await answer.json(), answer.headers
         except TimeoutError as exc:
             raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:

@@ -25,6 +25,9 @@ TOPOLOGY_PATH = "/v0/admin/topology"
 # The proof of the cluster secret (`dht.replication.proof.request_proof`): the secret
 # itself is never sent.
 PROOF_HEADER = "X-Dht-Proof"
+# On that answer: the node's wall clock in milliseconds since the epoch, read as it
+# answers, from which the asking node bounds its clock's offset (SPEC.md rule 9.13).
+CLOCK_HEADER = "X-Dht-Clock"
 RING_HEADER = "X-Dht-Ring"
 RECORD_CONTENT_TYPE = "application/x-dht-records"
 

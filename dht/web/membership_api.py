@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from dht.model.topology import BadTransition, TopologyState
-from dht.replication.wire import TOPOLOGY_PATH
+from dht.replication.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.storage.membership import Membership
 from dht.web.server import Params, Route, text
 
@@ -24,18 +24,27 @@ Guard = Callable[[web.BaseRequest, bytes], web.Response | None]
 
 
 class MembershipApi:
-    def __init__(self, membership: Membership, take_step: StepTaker, guard: Guard) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        take_step: StepTaker,
+        guard: Guard,
+        wall_ms: Callable[[], int],
+    ) -> None:
         """`guard` refuses a request (with its body) that does not prove the cluster
-        secret (when one is set)."""
+        secret (when one is set); `wall_ms` is this node's wall clock, which every answer
+        to a GET carries for the asking node's clock fence (SPEC.md rule 9.13)."""
         self._membership = membership
         self._take_step = take_step
         self._guard = guard
+        self._wall_ms = wall_ms
 
     def routes(self) -> dict[str, Route]:
         return {TOPOLOGY_PATH: Route({"GET": self.show, "PUT": self.step}, counted=False)}
 
     async def show(self, request: web.BaseRequest, params: Params) -> web.Response:
-        return web.json_response(self._membership.state.to_json())
+        clock = {CLOCK_HEADER: str(self._wall_ms())}
+        return web.json_response(self._membership.state.to_json(), headers=clock)
 
     async def step(self, request: web.BaseRequest, params: Params) -> web.Response:
         body = await request.read()

@@ -70,8 +70,9 @@ class HttpServer:
         self.in_flight = 0
         self.refused = 0
         self.errors = 0
-        # Set when this node learns it was removed from the cluster (SPEC.md rule 13.9):
-        # client work is answered 503 with it, as its data may be stale.
+        # Set when this node learns it was removed from the cluster (SPEC.md rule 13.9),
+        # or while its clock is off from the majority's (rule 9.13): client work is
+        # answered 503 with it, as its data may be stale or its versions refused.
         self.fenced: str | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:

@@ -51,7 +51,7 @@ def test_a_version_within_the_drift_is_taken_and_one_past_it_is_not(
     assert node.get("near").body == b"later"
 
 
-@rule("8.4")
+@rule("8.4", "9.13")
 def test_a_node_a_year_ahead_cannot_push_the_cluster_into_the_future(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -61,10 +61,15 @@ def test_a_node_a_year_ahead_cannot_push_the_cluster_into_the_future(
     skewed.restart()
     healthy = cluster.nodes[:2]
 
-    # The skewed node's writes reach no quorum: both other replicas refuse its versions.
+    # The skewed node serves no client (rule 9.13), so it writes nothing of its time...
     answer = skewed.put("through-skewed", b"future", "2/3")
-    assert answer.status == 504, answer.text
+    assert answer.status == 503 and "clock" in answer.text, answer.text
+    # ...but a record of its time (one written before it knew, say) reaches no other node.
+    future = Record.live(version_at(wall_clock_ms() + YEAR * 1000), b"future")
+    assert skewed.put_local("through-skewed", future) == Stored(1, True)
     for node in healthy:
+        declined = node.put_local("through-skewed", future)
+        assert isinstance(declined, Failed) and "ahead of this node's clock" in declined.reason
         assert node.get_local("through-skewed") == node.get_local("never-written")
 
     # Writes through healthy nodes carry today's versions, and reach the skewed node too.
@@ -74,8 +79,9 @@ def test_a_node_a_year_ahead_cannot_push_the_cluster_into_the_future(
     assert abs(version_ms(found.record.version) - wall_clock_ms()) < 60_000
 
     # The skewed node holds its own future copy of the first key; reads ignore it...
-    reads = healthy[0].get("through-skewed", "2/3")
-    assert reads.status == 404, reads.text
+    for node in healthy:
+        reads = node.get("through-skewed", "2/3")
+        assert reads.status == 404, reads.text
     assert healthy[0].get("through-skewed", "3/3").status == 504
     # ...and a healthy write of that key is not buried under it for a year.
     assert healthy[1].put("through-skewed", b"today", "2/3").status == 201

@@ -1,0 +1,77 @@
+"""How far this node's clock is from its peers', and when it is too far to serve clients
+(SPEC.md rule 9.13).
+
+A peer's answer carries the peer's wall clock, `theirs`, read at some moment between the
+one this node sent the request at (`sent`, by its own wall clock) and the one the answer
+came back at (`received`). So the offset, their clock minus this one, lies in
+[theirs - received, theirs - sent], whatever the link did: a slow answer widens the
+interval, it never fakes an offset. A peer counts as off only when the whole interval is
+beyond the bound (`--max-clock-drift`), so a slow link never fences anyone.
+
+The rule is CockroachDB's (a node whose clock is off from a majority of the others by
+more than the allowed offset stops serving): a node fences its clock when the peers whose
+clocks are off from its own are more than half of the cluster's nodes, itself included.
+One node skewed among three sees two off and is fenced; each of the two others sees one
+and is not. With two nodes nobody is fenced, since neither can tell which clock is wrong;
+a peer that did not answer tells nothing, so it is not counted as off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """A peer's clock minus this node's, known to lie in [low_ms, high_ms]."""
+
+    low_ms: int
+    high_ms: int
+
+    @classmethod
+    def measured(cls, theirs_ms: int, sent_ms: int, received_ms: int) -> Offset:
+        """The offset from one answer: `theirs_ms` read by the peer between `sent_ms` and
+        `received_ms`, both read from this node's clock."""
+        if received_ms < sent_ms:
+            raise ValueError(f"answer received ({received_ms}) before it was sent ({sent_ms})")
+        return cls(theirs_ms - received_ms, theirs_ms - sent_ms)
+
+    @property
+    def estimate_ms(self) -> int:
+        """The middle of the interval (what a log line or a gauge shows)."""
+        return (self.low_ms + self.high_ms) // 2
+
+    def beyond(self, bound_ms: int) -> bool:
+        """Whether the clocks certainly differ by more than `bound_ms`, either way."""
+        return self.low_ms > bound_ms or self.high_ms < -bound_ms
+
+    def to_json(self) -> dict[str, float]:
+        """Seconds, as /v0/status shows them."""
+        return {
+            "estimate": self.estimate_ms / 1000,
+            "low": self.low_ms / 1000,
+            "high": self.high_ms / 1000,
+        }
+
+
+def clock_fence(offsets: Iterable[Offset], nodes: int, bound_ms: int) -> str | None:
+    """Why this node must not serve clients, given the offsets it measured from its peers
+    (one per peer that answered) in a cluster of `nodes` nodes (itself included); None
+    when its clock is not off from a majority."""
+    off = sorted(offset.estimate_ms for offset in offsets if offset.beyond(bound_ms))
+    if 2 * len(off) <= nodes:
+        return None
+    typical = off[len(off) // 2]  # their clocks minus this one: negative when it is ahead
+    direction = "ahead of" if typical < 0 else "behind"
+    return (
+        f"this node's clock is ~{_seconds(abs(typical))} s {direction} the majority of the "
+        f"cluster: {len(off)} of its {nodes} nodes' clocks differ from it by more than "
+        f"--max-clock-drift ({_seconds(bound_ms)} s), so they refuse its versions or it "
+        "refuses theirs. It serves no client until its clock is back within the bound"
+    )
+
+
+def _seconds(ms: int) -> str:
+    """120000 -> "120", 6400 -> "6.4" (never an exponent: a clock can be a year off)."""
+    return f"{ms / 1000:.1f}".removesuffix(".0")

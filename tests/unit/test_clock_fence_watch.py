@@ -1,0 +1,123 @@
+"""The fence watch's clock half (SPEC.md rule 9.13), against peers that answer from
+memory: it fences the node while a majority's clocks are off from its own, says so to
+the server, and lifts the fence as soon as a look finds its clock back within the bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dht.model.topology import STABLE, TopologyState
+from dht.replication.fence import FenceWatch
+from dht.replication.peers import PeerError
+from dht.replication.wire import CLOCK_HEADER
+from dht.storage.membership import Membership
+
+NOW = 1_700_000_000_000
+BOUND_MS = 60_000
+URLS = ["http://n1:1", "http://n2:2", "http://n3:3"]
+STEP = TopologyState(0, STABLE, tuple(URLS))
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.ms = NOW
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class PeerFromMemory:
+    """Answers its step at once, with a clock of its own, or fails when `down`."""
+
+    def __init__(self, url: str, clock: Wall) -> None:
+        self.url = url
+        self.clock = clock
+        self.down = False
+        self.header = True
+
+    async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
+        if self.down:
+            raise PeerError(f"{self.url}: connection refused")
+        headers = {CLOCK_HEADER: str(self.clock())} if self.header else {}
+        return STEP.to_json(), headers
+
+
+class PeersFromMemory:
+    def __init__(self, peers: list[PeerFromMemory]) -> None:
+        self.by_url = {peer.url: peer for peer in peers}
+
+
+def watch(tmp_path: Path, own: Wall, peers: list[PeerFromMemory]) -> tuple[FenceWatch, list[Any]]:
+    told: list[str | None] = []
+    membership = Membership(tmp_path, STEP, 8)
+    fence = FenceWatch(
+        URLS[0],
+        tmp_path,
+        membership,
+        PeersFromMemory(peers),  # type: ignore[arg-type]
+        told.append,
+        own,
+        BOUND_MS,
+    )
+    return fence, told
+
+
+async def test_fenced_while_a_majority_is_off_and_lifted_once_the_clock_is_back(
+    tmp_path: Path,
+) -> None:
+    own, theirs = Wall(), Wall()
+    peers = [PeerFromMemory(url, theirs) for url in URLS[1:]]
+    fence, told = watch(tmp_path, own, peers)
+
+    own.ms = NOW + 120_000  # this node's clock jumps two minutes ahead
+    await fence.first_check()
+    assert fence.clock_fenced is not None and "~120 s ahead" in fence.clock_fenced
+    assert told == [fence.clock_fenced] and fence.refusal == fence.clock_fenced
+    assert fence.fenced is None  # not removed: nothing saved
+    offsets = fence.status()["offsets"]
+    for offset in offsets.values():  # the round trip, timed here, is well under 10 ms
+        assert offset["low"] <= -120.0 <= offset["high"]
+        assert offset["estimate"] == pytest.approx(-120.0, abs=0.01)
+
+    own.ms = NOW + 59_000  # within the bound again (NTP stepped it back)
+    await fence.check()
+    assert fence.clock_fenced is None and told[-1] is None
+    assert fence.status()["fenced"] is None
+
+
+async def test_peers_that_do_not_answer_or_say_no_clock_do_not_count_as_off(
+    tmp_path: Path,
+) -> None:
+    own, theirs = Wall(), Wall()
+    peers = [PeerFromMemory(url, theirs) for url in URLS[1:]]
+    fence, told = watch(tmp_path, own, peers)
+    own.ms = NOW + 120_000
+    peers[0].down = True
+    await fence.check()
+    assert fence.clock_fenced is None and told == []
+    assert fence.status()["offsets"][URLS[1]] is None
+
+    peers[0].down, peers[0].header = False, False  # another implementation, say
+    await fence.check()
+    assert fence.clock_fenced is None and told == []
+
+    peers[0].header = True
+    await fence.check()
+    assert fence.clock_fenced is not None
+
+
+async def test_a_node_whose_peers_are_off_the_other_way_is_not_the_one_fenced(
+    tmp_path: Path,
+) -> None:
+    """Each healthy node of three sees one clock off: not a majority."""
+    own, right, skewed = Wall(), Wall(), Wall()
+    skewed.ms = NOW + 120_000
+    fence, told = watch(
+        tmp_path, own, [PeerFromMemory(URLS[1], right), PeerFromMemory(URLS[2], skewed)]
+    )
+    await fence.check()
+    assert fence.clock_fenced is None and told == []
+    assert fence.status()["offsets"][URLS[2]]["estimate"] == pytest.approx(120.0, abs=0.01)

@@ -1,0 +1,102 @@
+"""A node's clock offset from its peers, and the majority rule that fences it (SPEC.md
+rule 9.13)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dht.model.clock_offset import Offset, clock_fence
+
+BOUND_MS = 60_000
+NOW = 1_700_000_000_000
+
+
+def answer(offset_ms: int, round_trip_ms: int = 2, read_after_ms: int = 1) -> Offset:
+    """What a peer whose clock is `offset_ms` off says, read `read_after_ms` into a round
+    trip of `round_trip_ms`."""
+    return Offset.measured(NOW + read_after_ms + offset_ms, NOW, NOW + round_trip_ms)
+
+
+def test_the_round_trip_bounds_the_offset() -> None:
+    offset = answer(-120_000, round_trip_ms=10, read_after_ms=3)
+    assert (offset.low_ms, offset.high_ms) == (-120_007, -119_997)
+    assert offset.estimate_ms == -120_002
+
+
+@given(
+    st.integers(-(10**12), 10**12),
+    st.integers(0, 10**6),
+    st.floats(0.0, 1.0),
+)
+def test_the_true_offset_is_always_inside_the_interval(
+    true_ms: int, round_trip_ms: int, when: float
+) -> None:
+    read_after = round(round_trip_ms * when)
+    offset = answer(true_ms, round_trip_ms, read_after)
+    assert offset.low_ms <= true_ms <= offset.high_ms
+
+
+def test_an_answer_cannot_come_back_before_it_was_sent() -> None:
+    with pytest.raises(ValueError):
+        Offset.measured(NOW, NOW, NOW - 1)
+
+
+def test_a_peer_is_off_only_when_the_whole_interval_is_past_the_bound() -> None:
+    assert answer(120_000).beyond(BOUND_MS)
+    assert answer(-120_000).beyond(BOUND_MS)
+    assert not answer(59_000).beyond(BOUND_MS)
+    assert not answer(-59_000).beyond(BOUND_MS)
+
+
+def test_a_slow_link_never_makes_a_peer_off() -> None:
+    """A right clock read 70 s into a 140 s round trip: the offset may be anything in
+    [-70 s, +70 s], past the bound either way, but not all of it."""
+    slow = answer(0, round_trip_ms=140_000, read_after_ms=70_000)
+    assert (slow.low_ms, slow.high_ms) == (-70_000, 70_000)
+    assert not slow.beyond(BOUND_MS)
+
+
+def test_one_skewed_node_of_three_is_fenced_and_the_two_others_are_not() -> None:
+    skewed = clock_fence([answer(-120_000), answer(-120_000)], 3, BOUND_MS)
+    assert skewed is not None
+    assert "~120 s ahead of the majority" in skewed
+    assert "2 of its 3 nodes" in skewed and "(60 s)" in skewed
+    healthy = clock_fence([answer(120_000), answer(0)], 3, BOUND_MS)
+    assert healthy is None
+
+
+def test_a_clock_behind_is_fenced_too() -> None:
+    reason = clock_fence([answer(90_500), answer(90_500)], 3, BOUND_MS)
+    assert reason is not None and "~90.5 s behind the majority" in reason
+
+
+def test_with_two_nodes_nobody_is_fenced() -> None:
+    assert clock_fence([answer(-120_000)], 2, BOUND_MS) is None
+    assert clock_fence([answer(120_000)], 2, BOUND_MS) is None
+
+
+def test_unreachable_peers_do_not_count_as_off() -> None:
+    """One peer of three answered: it alone is not more than half of the cluster."""
+    assert clock_fence([answer(-120_000)], 3, BOUND_MS) is None
+
+
+def test_an_even_split_fences_nobody() -> None:
+    """Four nodes, two and two: each sees two of four off, not more than half."""
+    assert clock_fence([answer(-120_000), answer(-120_000), answer(0)], 4, BOUND_MS) is None
+    assert clock_fence([answer(-120_000)] * 3, 4, BOUND_MS) is not None
+
+
+def test_a_year_is_said_in_seconds_without_an_exponent() -> None:
+    year_ms = 365 * 24 * 3600 * 1000
+    reason = clock_fence([answer(-year_ms)] * 2, 3, BOUND_MS)
+    assert reason is not None and "~31536000 s ahead" in reason
+
+
+def test_status_shows_seconds() -> None:
+    assert answer(-120_000, 10, 3).to_json() == {
+        "estimate": -120.002,
+        "low": -120.007,
+        "high": -119.997,
+    }
