@@ -1,2 +1,3 @@
-"""Fuzz tests against real node processes: raw HTTP on the client API, and a model-based
-state machine of PUT/GET/DELETE/range. Short by default; DHT_FUZZ_EXAMPLES makes them long."""
+"""Fuzz tests against real node processes: raw HTTP on the client API, a model-based
+state machine of PUT/GET/DELETE/range, and raw bytes on the replica channel. Short by
+default; DHT_FUZZ_EXAMPLES makes them long."""

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dht.model.record import Record
+from dht.model.record import Record, encode_header
 from dht.replication.messages import (
     PROTOCOL_VERSION,
     Challenge,
@@ -313,6 +313,27 @@ def test_partials_cut_off_by_the_connection_end_give_their_bytes_back() -> None:
     assert deliver(frames[:2], server) == []
     assert budget.in_flight > 0
     server.release_partials()
+    assert budget.in_flight == 0
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="next_event keeps `held` when the decoding raises"
+)
+def test_a_malformed_message_in_fragments_gives_its_bytes_back() -> None:
+    """Found by tests/fuzz/test_replica_channel_live.py: a message assembled from
+    fragments whose body does not decode raises ProtocolError after `held` was set, so
+    no event carries its bytes and nothing gives them back (nor does the connection's
+    end: they are no longer partials)."""
+    budget = FakeBudget(1 << 30)
+    client = ReplicaCodec(Role.CLIENT, LIMIT)
+    server = ReplicaCodec(Role.SERVER, LIMIT, budget)
+    deliver(client.send(HELLO), server)
+    record = Record.live(1, b"v" * 100_000)
+    data = b"".join(b"".join(frame) for frame in client.send(PutRecord(1, b"k", record)))
+    at = data.index(encode_header(record))  # the record's format byte
+    with pytest.raises(ProtocolError, match="unknown record format"):
+        deliver([data[:at] + b"\x7f" + data[at + 1 :]], server)
+    server.release_partials()  # what the connection's end does
     assert budget.in_flight == 0
 
 

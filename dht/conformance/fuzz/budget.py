@@ -1,7 +1,8 @@
 """How long the fuzz suite runs: short in CI, as long as asked on demand.
 
-One knob, DHT_FUZZ_EXAMPLES, scales every fuzz test together (the state machine here and
-the raw-request fuzz, dht/conformance/suite/test_robustness_fuzz.py), so a long run is one variable
+One knob, DHT_FUZZ_EXAMPLES, scales every fuzz test together (the state machine and the
+replica channel's live fuzz in tests/fuzz, and the raw-request fuzz,
+dht/conformance/suite/test_robustness_fuzz.py), so a long run is one variable
 away (`DHT_FUZZ_EXAMPLES=5000 pytest tests/fuzz dht/conformance/suite/test_robustness_fuzz.py -s`)
 and the default keeps them well under a minute on a shared 2-core machine while they pass.
 DHT_FUZZ_STEPS sets the steps of a state-machine run. A failure costs more: hypothesis
