@@ -39,12 +39,14 @@ from bench.throughput_report import (
     ONE_NODE,
     THREE_1_1,
     THREE_2_3,
+    WITH_TLS,
     WORKLOADS,
     Row,
     ceiling,
     latency,
     metrics_costs,
     table,
+    tls_costs,
     verdicts,
 )
 from bench.wrk import run_wrk
@@ -193,6 +195,23 @@ def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     return rows
 
 
+def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+    """What TLS between nodes costs: 3 nodes at 2/3 with and without it, in turn within
+    each round (alternating order: use an even number of rounds), unpinned. Clients
+    speak plain HTTP to both; every replica call of the TLS cluster is TLS."""
+    from dht.testbed.certificates import LocalCA
+
+    with tempfile.TemporaryDirectory() as folder:
+        tls = tuple(LocalCA(Path(folder)).issue("node").flags())  # names 127.0.0.1
+        with (
+            bare_server(None) as bare,
+            dht_cluster(3, None) as plain,
+            dht_cluster(3, None, tls) as secured,
+        ):
+            servers = [bare, Server(THREE_2_3, plain), Server(THREE_2_3 + WITH_TLS, secured)]
+            return measure("unpinned", servers, rounds, seconds, connections, [], True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.throughput", description=__doc__.split("\n")[0]
@@ -202,8 +221,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64, help="wrk's -c (default 64)")
     parser.add_argument(
         "--only",
-        choices=("pinned", "unpinned", "metrics"),
-        help="one group of rows; `metrics` compares nodes with and without --no-metrics",
+        choices=("pinned", "unpinned", "metrics", "tls"),
+        help="one group of rows; `metrics` compares nodes with and without --no-metrics, "
+        "`tls` 3 nodes with and without TLS between them",
     )
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
@@ -213,19 +233,21 @@ def main() -> None:
     rows: list[Row] = []
     if args.only == "metrics":
         rows = metrics_rows(args.rounds, args.seconds, args.connections)
-    if args.only not in ("unpinned", "metrics"):
+    if args.only == "tls":
+        rows = tls_rows(args.rounds, args.seconds, args.connections)
+    if args.only not in ("unpinned", "metrics", "tls"):
         if can_pin:
             rows += pinned_rows(args.rounds, args.seconds, args.connections)
         else:
             print(f"skipping pinned rows: cores {GENERATOR_CORE} and {SERVER_CORE} needed")
-    if args.only not in ("pinned", "metrics"):
+    if args.only not in ("pinned", "metrics", "tls"):
         rows += unpinned_rows(args.rounds, args.seconds, args.connections)
     print(
         f"wrk -t1 -c{args.connections}, {args.seconds:g} s per run, {args.rounds} rounds "
         f"(median round shown; vs bare = median of per-round ratios), on "
         f"{platform.node()} ({os.cpu_count()} cores)\n"
     )
-    print(table(rows), "", *verdicts(rows), *metrics_costs(rows), sep="\n")
+    print(table(rows), "", *verdicts(rows), *metrics_costs(rows), *tls_costs(rows), sep="\n")
     print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 

@@ -14,6 +14,7 @@ ONE_NODE = "1 node"
 THREE_1_1 = "3 nodes, 1/1"
 THREE_2_3 = "3 nodes, 2/3 (default)"
 NO_METRICS = ", --no-metrics"
+WITH_TLS = ", TLS between nodes"
 
 
 @dataclass
@@ -146,16 +147,32 @@ def ceiling(rows: list[Row]) -> list[str]:
 
 
 def metrics_costs(rows: list[Row]) -> list[str]:
-    """One line per row with a --no-metrics twin: both rates as shares of the bare
-    server, and what metrics cost (1 - on/off, from the median shares)."""
+    """What counting for /metrics costs (rows with a --no-metrics twin)."""
+    return twin_costs(rows, NO_METRICS, "metrics cost", 0.05, costly_twin=False)
+
+
+def tls_costs(rows: list[Row]) -> list[str]:
+    """What TLS between nodes costs (rows with a TLS twin)."""
+    return twin_costs(rows, WITH_TLS, "TLS cost", 0.15, costly_twin=True)
+
+
+def twin_costs(
+    rows: list[Row], suffix: str, what: str, target: float, costly_twin: bool
+) -> list[str]:
+    """One line per row with a twin named `suffix` longer: both rates as shares of the
+    bare server, both p99s, and the cost (1 - costly/cheap, from the median shares) of
+    the twin (`costly_twin`) or of the row."""
     lines = []
     for row in rows:
-        twin = find_row(rows, row.pinning, row.name + NO_METRICS, row.workload)
+        twin = find_row(rows, row.pinning, row.name + suffix, row.workload)
         if twin is None:
             continue
-        cost = 1 - row.ratio / twin.ratio if twin.ratio else 0.0
+        costly, cheap = (twin, row) if costly_twin else (row, twin)
+        cost = 1 - costly.ratio / cheap.ratio if cheap.ratio else 0.0
         lines.append(
-            f"metrics cost {row.pinning} {row.name} {row.workload}: {row.ratio:.2f} x bare "
-            f"with, {twin.ratio:.2f} x bare without: {cost:+.1%} (target under 5%)"
+            f"{what} {row.pinning} {row.name} {row.workload}: {row.ratio:.2f} x bare "
+            f"(p99 {latency(row.median.p99_ms)}) against {twin.ratio:.2f} x bare with "
+            f"`{suffix.strip(', ')}` (p99 {latency(twin.median.p99_ms)}): {cost:+.1%} "
+            f"(target under {target:.0%})"
         )
     return lines

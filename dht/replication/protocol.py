@@ -170,7 +170,14 @@ class ReplicaCodec:
             self.held = len(parts) if self._budget is not None else 0
             # A value is decoded in place and copied out once; the rest are small.
             body = memoryview(parts) if op in (Op.PUT, Op.RECORD) else bytes(parts)
-            return self._event(op, call_id, body)
+            try:
+                return self._event(op, call_id, body)
+            except ProtocolError:
+                # No event carries its bytes: they go back here (found by live fuzzing).
+                if self._budget is not None and self.held:
+                    self._budget.release(self.held)
+                self.held = 0
+                raise
 
     def received(self, call_id: int) -> int:
         """Bytes of call `call_id`'s message received so far, while it arrives in
