@@ -17,13 +17,16 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos bench-tools wrk browser lock clean
+.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
 
 test: $(STAMP) $(TOXIPROXY) wrk browser lint
 	$(PY) -m pytest
+	# Once more over TLS between nodes (DHT_TLS=1: a throwaway CA per test cluster):
+	# every chaos scenario, and the channel's live fuzz.
+	DHT_TLS=1 $(PY) -m pytest chaos tests/fuzz/test_replica_channel_live.py tests/spec/test_dht_tls.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(CHECKED)
@@ -39,6 +42,9 @@ spec: $(STAMP)
 
 chaos: $(STAMP) $(TOXIPROXY)
 	$(PY) -m pytest chaos
+
+chaos-tls: $(STAMP) $(TOXIPROXY)
+	DHT_TLS=1 $(PY) -m pytest chaos
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)

@@ -12,6 +12,7 @@ flushes a chain when it changes.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,11 @@ TIMEOUT = 0.5
 MARGIN = 0.7  # scheduling slack on a loaded 2-core machine
 
 
-def peer_of_node2(cluster_urls: list[str], link_listen: str, tmp_dir: Any) -> Peer:
-    """Node 1's view of node 2, dialling it through the test bed's node1-to-node2 link."""
+def peer_of_node2(
+    cluster_urls: list[str], link_listen: str, tmp_dir: Any, tls: ssl.SSLContext | None
+) -> Peer:
+    """Node 1's view of node 2, dialling it through the test bed's node1-to-node2 link
+    (over TLS with node 1's certificate when the nodes talk TLS)."""
     config = NodeConfig(
         port=0,
         data_dir=tmp_dir,
@@ -42,7 +46,7 @@ def peer_of_node2(cluster_urls: list[str], link_listen: str, tmp_dir: Any) -> Pe
         breaker_threshold=1_000_000,
         routes=((cluster_urls[1], f"http://{link_listen}"),),
     )
-    return Peer(cluster_urls[1], config, Ring(config.cluster, config.vnodes).identity)
+    return Peer(cluster_urls[1], config, Ring(config.cluster, config.vnodes).identity, tls=tls)
 
 
 async def calls_at_once(peer: Peer, clock: HybridClock) -> list[tuple[BaseException | None, float]]:
@@ -89,7 +93,7 @@ async def test_a_fault_fails_every_call_in_flight_within_the_deadline_and_the_li
     fault = FAULTS[name]
     cluster, testbed = start_chaos_cluster(2)
     link = testbed.links[0, 1]
-    peer = peer_of_node2(cluster.urls, link.listen, tmp_path)
+    peer = peer_of_node2(cluster.urls, link.listen, tmp_path, cluster[0].peer_tls)
     clock = HybridClock()
     try:
         warm = await peer.put(b"warm", Record.live(clock.now(), b"v"))  # channel open

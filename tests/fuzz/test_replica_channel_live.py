@@ -299,6 +299,11 @@ def test_fuzzed_calls_from_a_true_peer_leave_the_node_serving_with_its_budget_ba
     start_cluster: ClusterFactory,
 ) -> None:
     node = start_cluster(1, [*NODE_FLAGS, "--secret", SECRET])[0]
+    if node.peer_tls is not None:
+        # The exchange ends each stream by half-closing its socket, which TLS cannot
+        # do (its close is both ways). Over TLS the strangers' tests run: the plain
+        # bytes of every stranger's stream are refused as not TLS.
+        pytest.skip("a true peer's streams need a half-close, which TLS does not have")
     streams = peer_streams(b"peer/", LARGEST_VALUE)
 
     with fuzzing(node, "a true peer") as run:
