@@ -85,7 +85,7 @@ EXPECTED_LOG = ("circuit to",)
 def run_scenarios(args: argparse.Namespace, chosen: list[str], root: Path) -> dict[str, Any]:
     """Runs the chosen figures in order, printing each; one that fails (a time-out, a
     node that does not start) is reported and the next one runs."""
-    from tests.launcher import Cluster
+    from dht.conformance.launcher import Cluster
 
     results: dict[str, Any] = {}
     problems: list[str] = []

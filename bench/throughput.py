@@ -116,7 +116,7 @@ def measure(
 @contextlib.contextmanager
 def bare_server(core: int | None) -> Iterator[Server]:
     """The reference server, started under `taskset -c core` when given one."""
-    from tests.launcher import free_port, request, wait_for
+    from dht.conformance.launcher import free_port, request, wait_for
 
     port = free_port()
     command = [sys.executable, "-m", "bench.bare_server", "--port", str(port)]
@@ -144,7 +144,7 @@ def bare_server(core: int | None) -> Iterator[Server]:
 def dht_cluster(nodes: int, core: int | None, extra: tuple[str, ...] = ()) -> Iterator[str]:
     """A fresh cluster on a temporary folder; yields the first node's URL. With `core`,
     every node is pinned to it once it answers."""
-    from tests.launcher import Cluster
+    from dht.conformance.launcher import Cluster
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp), nodes, ["--log-level", "WARNING", *extra]).start()
