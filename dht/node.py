@@ -95,6 +95,7 @@ class Node:
             config, self.storage, self.membership, self.peers, self.clock, self.hints
         )
         self.internal = InternalApi(
+            config.self_url,
             self.storage,
             self.clock,
             config.secret,
@@ -132,6 +133,7 @@ class Node:
             self._fenced,
             self.clock.wall_ms,
             config.max_clock_drift_ms,
+            config.timeout,
         )
         self.http.fenced = self.fence.refusal
 
@@ -145,10 +147,10 @@ class Node:
                 behind_ms / 1000,
             )
 
-    def _guard_step(self, request: web.BaseRequest, body: bytes) -> web.Response | None:
+    async def _guard_step(self, request: web.BaseRequest) -> bytes | web.Response:
         """A membership step proves the secret; it carries no records, so the operator's
         tool needs no certificate."""
-        return self.internal.guard(request, body, peers_only=False)
+        return await self.internal.guarded_body(request, peers_only=False)
 
     def _fenced(self, reason: str | None) -> None:
         self.http.fenced = reason

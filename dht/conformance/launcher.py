@@ -627,19 +627,24 @@ def internal_request(node: Node, method: str, url: str, body: bytes | None = Non
     """One HTTP request to an internal path, proving the node's cluster secret if it has
     one."""
     secret = cluster_secret(node)
-    headers = {} if secret is None else proof_header(secret, method, url, body)
+    headers = {} if secret is None else proof_header(secret, method, url, body, node.cluster_url)
     tls = node.peer_tls
     if tls is not None:
         url = "https" + url.removeprefix("http")
     return request(method, url, body, headers=headers, tls=tls)
 
 
-def proof_header(secret: str, method: str, url: str, body: bytes | None = None) -> dict[str, str]:
-    """The header that proves `secret` for one internal request to `url`."""
+def proof_header(
+    secret: str, method: str, url: str, body: bytes | None = None, receiver: str | None = None
+) -> dict[str, str]:
+    """The header that proves `secret` for one internal request to `url`, made for the
+    node `receiver` (its --cluster URL; by default the one `url` leads to)."""
     parts = urllib.parse.urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
+    to = receiver or f"http://{parts.hostname}:{parts.port}"
     made_ms = int(time.time() * 1000)
-    return {PROOF_HEADER: request_proof(secret, method, target, made_ms, new_nonce(), body or b"")}
+    header = request_proof(secret, to, method, target, made_ms, new_nonce(), body or b"")
+    return {PROOF_HEADER: header}
 
 
 def decode_frames(body: bytes) -> dict[str, Record]:

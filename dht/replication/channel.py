@@ -274,6 +274,10 @@ class ReplicaChannel:
             failure = f"{self.peer}: cannot open the replica channel: {exc!r}"
             if connection is not None:
                 connection.abort()
+        except asyncio.CancelledError:  # closed mid-handshake: nothing stays open
+            if connection is not None:
+                connection.abort()
+            raise
         finally:
             self._dialling = None
         waiting, self._waiting = self._waiting, []

@@ -30,7 +30,7 @@ import uvloop.loop
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.connection import Connection
-from dht.replication.handshakes import Handshakes
+from dht.replication.handshakes import HANDSHAKE_DEADLINE, Handshakes
 from dht.replication.messages import (
     Challenge,
     Failed,
@@ -251,26 +251,31 @@ class ServerConnection(Connection):
 class ProtocolSniffer(asyncio.Protocol):
     """The first protocol of every accepted connection: on the first byte it hands the
     connection to the replica channel (0x00), to TLS (0x16, when `tls` is given: inside
-    it, another sniffer decides) or to the HTTP server (anything else)."""
+    it, another sniffer decides) or to the HTTP server (anything else). A connection
+    that starts TLS must say its first byte inside TLS within `tls_deadline` of its
+    first byte outside, or it is closed (found by review: one that said nothing after
+    its handshake stayed open for ever, outside the limits of rule 11.6)."""
 
     def __init__(
         self,
         http: Callable[[], asyncio.Protocol],
         channel: Callable[[], asyncio.Protocol],
         tls: TlsContexts | None = None,
-        tls_handshake_deadline: float = 5.0,
+        tls_deadline: float = HANDSHAKE_DEADLINE,
     ) -> None:
         self._http = http
         self._channel = channel
         self._tls = tls
-        self._tls_deadline = tls_handshake_deadline
+        self._tls_deadline = tls_deadline
         self._transport: asyncio.Transport | None = None
+        self.spoke = False  # its first byte came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
+        self.spoke = True
         if self._tls is not None and data[0] == TLS_HANDSHAKE:
             self._start_tls(self._tls, data)
             return
@@ -298,6 +303,7 @@ class ProtocolSniffer(asyncio.Protocol):
         )
         self._transport.set_protocol(secured)
         secured.connection_made(self._transport)
+        loop.call_later(self._tls_deadline, _close_if_silent, inner, self._transport)
         view = memoryview(data)
         while view:
             buffer = memoryview(secured.get_buffer(len(view)))
@@ -315,6 +321,12 @@ def _ssl_protocol(loop: asyncio.AbstractEventLoop) -> Any:
     if uvloop_tls is not None and isinstance(loop, uvloop.Loop):
         return uvloop_tls
     return asyncio.sslproto.SSLProtocol
+
+
+def _close_if_silent(inner: ProtocolSniffer, transport: asyncio.Transport) -> None:
+    """The deadline of a TLS connection's first byte inside TLS has come."""
+    if not inner.spoke and not transport.is_closing():
+        transport.abort()
 
 
 def _tls_handshake_done(

@@ -52,6 +52,16 @@ FIRST_CHECK_SECONDS = 0.5
 # How soon the watch looks again while a peer has never answered: peers started with
 # this node (a whole cluster at once) open their ports a moment after its first look.
 ASK_AGAIN = 0.1
+# What clients hear while a starting node's first look waits for a peer slower than
+# FIRST_CHECK_SECONDS (a slow link): it serves no one before it knows (found by review).
+STARTING = (
+    "this node is starting: it is asking its peers for their membership step and clock "
+    "before it serves (SPEC.md rules 9.13 and 13.9); try again in a moment"
+)
+# The largest clock a peer's header may say (ms since the epoch, about the year 5138):
+# past it, the header is no time at all (found by review: a 400-digit one broke the
+# float conversions of /v0/status and of the watch itself).
+LATEST_CLOCK_MS = 1 << 47
 
 
 def saved_fence(data_dir: Path) -> str | None:
@@ -78,8 +88,11 @@ class FenceWatch:
         fence: Callable[[str | None], None],
         wall_ms: Callable[[], int],
         max_drift_ms: int,
+        patience: float,
         interval: float = CHECK_INTERVAL,
     ) -> None:
+        """`patience`: how long the look after a start waits for a peer that did not
+        answer the first one in time (the node's --timeout)."""
         self._self_url = self_url
         self._path = data_dir / FENCE_FILE
         self._membership = membership
@@ -88,6 +101,8 @@ class FenceWatch:
         self._wall_ms = wall_ms
         self._max_drift_ms = max_drift_ms
         self._interval = interval
+        self._patience = patience
+        self.starting: str | None = None  # clients wait for a slow peer's first answer
         self.fenced: str | None = saved_fence(data_dir)  # removed: for good
         self.clock_fenced: str | None = None  # its clock off: until it is back
         # Each peer's offset as the last look measured it (None: no answer, or no clock).
@@ -98,7 +113,7 @@ class FenceWatch:
     @property
     def refusal(self) -> str | None:
         """Why clients are refused now, if they are."""
-        return self.fenced or self.clock_fenced
+        return self.fenced or self.clock_fenced or self.starting
 
     def status(self) -> dict[str, Any]:
         """For /v0/status: the clock fence's reason, the bound, each peer's offset."""
@@ -112,11 +127,15 @@ class FenceWatch:
         }
 
     async def first_check(self) -> None:
-        """Before the node serves: one look, bounded by FIRST_CHECK_SECONDS (peers that
-        hang are asked again by the watch), so a node removed while it was away never
-        answers a client from its stale data, nor one whose clock is off from its
-        peers' with its refused writes."""
-        await self.check(FIRST_CHECK_SECONDS)
+        """Before the node serves: one look, bounded by FIRST_CHECK_SECONDS, so a node
+        removed while it was away never answers a client from its stale data, nor one
+        whose clock is off from its peers' with its refused writes. A peer that did not
+        answer by then (a slow link; one that is down refuses at once) holds clients
+        off (STARTING) until the watch's first look, which waits `patience` for it."""
+        unanswered = await self.check(FIRST_CHECK_SECONDS)
+        if unanswered and self.refusal is None:
+            self.starting = STARTING
+            self._fence(self.refusal)
 
     def start(self) -> None:
         self._task.start()
@@ -125,28 +144,35 @@ class FenceWatch:
         await self._task.close()
 
     async def _run(self) -> None:
+        if self.starting is not None:
+            await self.check(self._patience)
+            self.starting = None
+            self._fence(self.refusal)
         while self.fenced is None:
             await self.check()
             waiting = not set(self._peers.by_url) <= self._answered
             await asyncio.sleep(ASK_AGAIN if waiting else self._interval)
 
-    async def check(self, within: float | None = None) -> None:
+    async def check(self, within: float | None = None) -> int:
         """One look: this node's own step, then every peer's that answers within
         `within` seconds, asked all at once (one a step behind, or removed with it, says
-        nothing; one that removed it does), and the clocks of those that answered."""
+        nothing; one that removed it does), and the clocks of those that answered.
+        Returns how many peers were still to answer when `within` ran out."""
         own = self._membership.state
         if removed(own, None, self._self_url):
             self._set(f"this node was removed from the cluster (its step, epoch {own.epoch})")
-            return
+            return 0
         peers = list(self._peers.by_url.items())
         asks = [asyncio.ensure_future(self._ask(peer)) for _, peer in peers]
         if asks:
             await asyncio.wait(asks, timeout=within)
         offsets: dict[str, Offset | None] = {}
+        unanswered = 0
         for (url, _), ask in zip(peers, asks, strict=True):
             offsets[url] = None
             if not ask.done():
                 ask.cancel()
+                unanswered += 1
                 continue
             try:
                 step, offset = ask.result()
@@ -162,8 +188,9 @@ class FenceWatch:
                     "with a --cluster its peers do not list; its data may be stale. Wipe "
                     "its data folder, and start it with --join to bring it back"
                 )
-                return
+                return 0
         self._judge_clock(offsets)
+        return unanswered
 
     async def _ask(self, peer: Peer) -> tuple[Any, Offset | None]:
         """A peer's step, and its clock's offset from this one's when it says its clock.
@@ -209,7 +236,10 @@ def _offset(headers: Mapping[str, str], sent_ms: int, received_ms: int) -> Offse
     if clock is None:
         return None
     try:
-        return Offset.measured(int(clock), sent_ms, received_ms)
+        theirs = int(clock)
+        if not 0 < theirs < LATEST_CLOCK_MS:
+            raise ValueError("no time")
+        return Offset.measured(theirs, sent_ms, received_ms)
     except ValueError:
         log.warning("a peer's %s header is not milliseconds: %r", CLOCK_HEADER, clock[:40])
         return None

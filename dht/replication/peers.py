@@ -110,7 +110,7 @@ class Peer:
             timeout=aiohttp.ClientTimeout(total=None),
             headers={RING_HEADER: ring_identity},
             auto_decompress=False,
-            middlewares=(proving(config.secret),) if config.secret else (),
+            middlewares=(proving(config.secret, url),) if config.secret else (),
             connector=aiohttp.TCPConnector(ssl=tls if tls is not None else True),
         )
         self._was_open = False

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import heapq
 import hmac
 import os
 import struct
+from typing import cast
 
 NONCE_BYTES = 16
 PROOF_BYTES = hashlib.sha256().digest_size
@@ -60,27 +62,44 @@ def proves(expected: bytes, offered: bytes) -> bool:
 #
 # An internal HTTP request (the range stream, anti-entropy, a membership step) proves
 # the secret the same way, in one message: its `PROOF_HEADER` carries the time it was
-# made, a fresh nonce and an HMAC over both, the method, the target (path and query, as
-# sent) and a digest of the body. The receiver takes it within `REQUEST_WINDOW_MS` of its
-# own clock and once only (`SeenNonces`), so a captured request can be neither replayed
-# nor changed, and shows nothing of the secret.
+# made, a fresh nonce and an HMAC over both, the receiving node's URL (so a request
+# captured on its way to one node is worth nothing at another), the method, the target
+# (path and query, as sent) and a digest of the body. The receiver takes it within
+# `REQUEST_WINDOW_MS` of its own clock and once only (`SeenNonces`), so a captured
+# request can be neither replayed nor changed, and shows nothing of the secret. Its form
+# and time are judged before the body is read (`unfit_proof`), the MAC after.
 
 # How far a request's time may be from the receiver's clock, either way.
 REQUEST_WINDOW_MS = 300_000
 
 
 def request_proof(
-    secret: str | None, method: str, target: str, made_ms: int, nonce: bytes, body: bytes
+    secret: str | None,
+    receiver: str,
+    method: str,
+    target: str,
+    made_ms: int,
+    nonce: bytes,
+    body: bytes,
 ) -> str:
-    """The `PROOF_HEADER` value of one request made at `made_ms` (Unix ms)."""
-    return f"{made_ms}.{nonce.hex()}.{_request_mac(secret, method, target, made_ms, nonce, body)}"
+    """The `PROOF_HEADER` value of one request to the node `receiver` (its --cluster
+    URL) made at `made_ms` (Unix ms)."""
+    mac = _request_mac(secret, receiver, method, target, made_ms, nonce, body)
+    return f"{made_ms}.{nonce.hex()}.{mac}"
 
 
 def _request_mac(
-    secret: str | None, method: str, target: str, made_ms: int, nonce: bytes, body: bytes
+    secret: str | None,
+    receiver: str,
+    method: str,
+    target: str,
+    made_ms: int,
+    nonce: bytes,
+    body: bytes,
 ) -> str:
     parts = (
         b"dht internal request",
+        receiver.encode(),
         method.upper().encode(),
         target.encode(),
         str(made_ms).encode(),
@@ -94,36 +113,49 @@ def _request_mac(
 class SeenNonces:
     """The nonces of the requests taken within the window, each forgotten once its
     request's time is out of the window: a replay inside the window is refused by its
-    nonce, one after it by its time. Only proven requests are remembered, so a stranger
-    cannot fill it."""
+    nonce, one after it by its time (check_request refuses a request made `window` or
+    more from now, and a nonce is kept until exactly then). Only proven requests are
+    remembered, so a stranger cannot fill it; each nonce is forgotten once, from a heap
+    ordered by when it may be (found by review: rebuilding the whole set per request
+    was quadratic in the request rate)."""
 
     def __init__(self, window_ms: int = REQUEST_WINDOW_MS) -> None:
         self._window = window_ms
-        self._until: dict[bytes, int] = {}  # nonce -> when it may be forgotten (Unix ms)
+        self._seen: set[bytes] = set()
+        self._expiry: list[tuple[int, bytes]] = []  # a heap: (when to forget, nonce)
 
     def __len__(self) -> int:
-        return len(self._until)
+        return len(self._seen)
 
     def first_time(self, nonce: bytes, made_ms: int, now_ms: int) -> bool:
         """Whether `nonce` is new (it is remembered from now on)."""
-        if len(self._until) > 1024:
-            self._until = {seen: until for seen, until in self._until.items() if until > now_ms}
-        if nonce in self._until:
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now_ms:
+            self._seen.discard(heapq.heappop(expiry)[1])
+        if nonce in self._seen:
             return False
-        self._until[nonce] = made_ms + self._window
+        self._seen.add(nonce)
+        heapq.heappush(expiry, (made_ms + self._window, nonce))
         return True
 
 
-def check_request(
-    secret: str,
-    header: str,
-    method: str,
-    target: str,
-    body: bytes,
-    now_ms: int,
-    seen: SeenNonces,
-) -> str | None:
-    """None if `header` proves `secret` for this request, else why not."""
+def unfit_proof(header: str, now_ms: int) -> str | None:
+    """Why `header` cannot be a proof made now, judged from the header alone (before a
+    body is read for it); None if it may be one."""
+    parsed = _parsed(header)
+    if isinstance(parsed, str):
+        return parsed
+    made_ms, _, _ = parsed
+    if abs(now_ms - made_ms) >= REQUEST_WINDOW_MS:
+        return (
+            f"a proof made {abs(now_ms - made_ms) / 1000:.0f} s from this node's clock, "
+            f"over the {REQUEST_WINDOW_MS // 1000} s allowed"
+        )
+    return None
+
+
+def _parsed(header: str) -> tuple[int, bytes, str] | str:
+    """The time, nonce and MAC of a proof header, or why it is none."""
     made, _, rest = header.partition(".")
     nonce_hex, _, mac = rest.partition(".")
     try:
@@ -131,16 +163,29 @@ def check_request(
         nonce = bytes.fromhex(nonce_hex)
     except ValueError:
         return "no proof of the cluster secret"
-    if len(nonce) < NONCE_BYTES:
+    if len(nonce) < NONCE_BYTES or not mac:
         return "no proof of the cluster secret"
-    expected = _request_mac(secret, method, target, made_ms, nonce, body)
+    return made_ms, nonce, mac
+
+
+def check_request(
+    secret: str,
+    receiver: str,
+    header: str,
+    method: str,
+    target: str,
+    body: bytes,
+    now_ms: int,
+    seen: SeenNonces,
+) -> str | None:
+    """None if `header` proves `secret` for this request to `receiver` (this node's
+    URL), else why not."""
+    if (unfit := unfit_proof(header, now_ms)) is not None:
+        return unfit
+    made_ms, nonce, mac = cast(tuple[int, bytes, str], _parsed(header))
+    expected = _request_mac(secret, receiver, method, target, made_ms, nonce, body)
     if not hmac.compare_digest(expected.encode(), mac.encode("ascii", "replace")):
         return "a wrong proof of the cluster secret"
-    if abs(now_ms - made_ms) > REQUEST_WINDOW_MS:
-        return (
-            f"a proof made {abs(now_ms - made_ms) / 1000:.0f} s from this node's clock, "
-            f"over the {REQUEST_WINDOW_MS // 1000} s allowed"
-        )
     if not seen.first_time(nonce, made_ms, now_ms):
         return "a proof seen before (a replay)"
     return None

@@ -42,15 +42,19 @@ def encode_frame(key: bytes, record: Record) -> bytes:
 Handler = Callable[[ClientRequest], Awaitable[ClientResponse]]
 
 
-def proving(secret: str) -> Callable[[ClientRequest, Handler], Awaitable[ClientResponse]]:
-    """An aiohttp client middleware that adds to every request its proof of `secret`."""
+def proving(
+    secret: str, receiver: str | None = None
+) -> Callable[[ClientRequest, Handler], Awaitable[ClientResponse]]:
+    """An aiohttp client middleware that adds to every request its proof of `secret`,
+    made for `receiver` (a node's --cluster URL), or else for the node the request goes
+    to (`http://host:port`, whatever its scheme)."""
 
     async def prove(request: ClientRequest, handler: Handler) -> ClientResponse:
         body = request.body if isinstance(request.body, bytes) else await request.body.as_bytes()
         made_ms = int(time.time() * 1000)
-        target = request.url.raw_path_qs
+        to = receiver or f"http://{request.url.host}:{request.url.port}"
         request.headers[PROOF_HEADER] = request_proof(
-            secret, request.method, target, made_ms, new_nonce(), body
+            secret, to, request.method, request.url.raw_path_qs, made_ms, new_nonce(), body
         )
         return await handler(request)
 

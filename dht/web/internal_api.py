@@ -21,7 +21,7 @@ from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.channel_server import ReplicaRefusal
 from dht.replication.messages import PROTOCOL_VERSION, Hello, Why
-from dht.replication.proof import SeenNonces, Side, check_request, proof
+from dht.replication.proof import SeenNonces, Side, check_request, proof, unfit_proof
 from dht.replication.tls import NO_CERTIFICATE, TLS_ONLY, TlsRefusals
 from dht.replication.wire import (
     EXCHANGE_PATH,
@@ -42,11 +42,15 @@ ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
 log = logging.getLogger(__name__)
 
 _STREAM_BUFFER = 64 * 1024
+# The largest body of an internal request (an anti-entropy exchange, a membership step):
+# both are a few KiB of JSON.
+MAX_INTERNAL_BODY = 1024 * 1024
 
 
 class InternalApi:
     def __init__(
         self,
+        self_url: str,
         storage: Storage,
         clock: HybridClock,
         secret: str | None,
@@ -55,6 +59,7 @@ class InternalApi:
     ) -> None:
         """`tls_refusals`, given when nodes talk TLS: a peer's request (range, exchange)
         must then come over TLS with a certificate, and those without are counted."""
+        self._self_url = self_url
         self._storage = storage
         self._tls_refusals = tls_refusals
         self._clock = clock
@@ -119,9 +124,9 @@ class InternalApi:
     async def exchange(self, request: web.BaseRequest, params: Params) -> web.Response:
         """A peer's anti-entropy request: hashes of the tree it shares with this node,
         or digests of some of its leaves."""
-        body = await request.read()
-        if (refusal := self.guard(request, body)) is not None:
-            return refusal
+        body = await self.guarded_body(request)
+        if isinstance(body, web.Response):
+            return body
         if request.headers.get(RING_HEADER, self._membership.identity) != self._membership.identity:
             return text(409, "Conflict: anti-entropy runs only between nodes on the same ring")
         if self.exchange_answerer is None:
@@ -133,34 +138,26 @@ class InternalApi:
             return text(400, f"Bad Request: {exc!r}")
         return web.Response(text=json.dumps(answer), content_type="application/json")
 
-    def guard(
-        self, request: web.BaseRequest, body: bytes = b"", peers_only: bool = True
-    ) -> web.Response | None:
-        """An internal HTTP request must prove the cluster secret (when one is set) for
-        this very request (`body` is the one it carried), and the sender must share a
-        ring with this node (when it says its rings). With TLS between nodes, a request
-        `peers_only` (it reads records) must come over TLS with a certificate."""
+    async def guarded_body(
+        self, request: web.BaseRequest, peers_only: bool = True
+    ) -> bytes | web.Response:
+        """The body of an internal HTTP request, or the refusal to answer instead. It
+        must prove the cluster secret (when one is set) for this very request, body
+        included, and the sender must share a ring with this node (when it says its
+        rings). With TLS between nodes, a request `peers_only` (it reads records) must
+        come over TLS with a certificate. What the headers alone can refuse is refused
+        before the body is read, and a body over MAX_INTERNAL_BODY is not read at all
+        (found by review: a stranger made the node buffer 16 MiB per connection)."""
         refusals = self._tls_refusals
         if peers_only and refusals is not None:
             transport = request.transport
             if transport is None or not transport.get_extra_info("peercert"):
                 refusals.refused(NO_CERTIFICATE, str(request.remote), f"{request.path} {TLS_ONLY}")
                 return text(403, f"Forbidden: {request.path} is for peers: {TLS_ONLY}")
+        header = request.headers.get(PROOF_HEADER, "")
         if self._secret is not None:
-            why = check_request(
-                self._secret,
-                request.headers.get(PROOF_HEADER, ""),
-                request.method,
-                request.raw_path,
-                body,
-                int(time.time() * 1000),
-                self._seen,
-            )
-            if why is not None:
-                self._refusals.warning(
-                    "request-proof", "refused an internal request from %s: %s", request.remote, why
-                )
-                return text(403, f"Forbidden: internal request with {why}")
+            if (unfit := unfit_proof(header, int(time.time() * 1000))) is not None:
+                return self._refused(request, unfit)
         ring = request.headers.get(RING_HEADER)
         if ring is not None and not self._membership.shares_ring(ring):
             return text(
@@ -168,12 +165,36 @@ class InternalApi:
                 f"Conflict: ring identity {ring!a} shares no ring with this node's "
                 f"{self._membership.identity}",
             )
-        return None
+        if request.content_length is None and request.body_exists:
+            return text(411, "Length Required: an internal request says its body's length")
+        if (request.content_length or 0) > MAX_INTERNAL_BODY:
+            return text(413, f"Payload Too Large: internal requests take {MAX_INTERNAL_BODY} bytes")
+        body = await request.read()
+        if self._secret is not None:
+            why = check_request(
+                self._secret,
+                self._self_url,
+                header,
+                request.method,
+                request.raw_path,
+                body,
+                int(time.time() * 1000),
+                self._seen,
+            )
+            if why is not None:
+                return self._refused(request, why)
+        return body
+
+    def _refused(self, request: web.BaseRequest, why: str) -> web.Response:
+        self._refusals.warning(
+            "request-proof", "refused an internal request from %s: %s", request.remote, why
+        )
+        return text(403, f"Forbidden: internal request with {why}")
 
     async def records(self, request: web.BaseRequest, params: Params) -> web.StreamResponse:
         """This node's local range, tombstones and versions included, in framed batches."""
-        if (refusal := self.guard(request)) is not None:
-            return refusal
+        if isinstance(refused := await self.guarded_body(request), web.Response):
+            return refused
         start = required(params, "start")
         end = params.get("end") or None
         response = await start_stream(request, RECORD_CONTENT_TYPE)

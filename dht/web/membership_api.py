@@ -20,7 +20,8 @@ from dht.storage.membership import Membership
 from dht.web.server import Params, Route, text
 
 StepTaker = Callable[[TopologyState], Awaitable[bool]]
-Guard = Callable[[web.BaseRequest, bytes], web.Response | None]
+# The body of a request that proved the cluster secret, or the answer refusing it.
+Guard = Callable[[web.BaseRequest], Awaitable[bytes | web.Response]]
 
 
 class MembershipApi:
@@ -31,8 +32,8 @@ class MembershipApi:
         guard: Guard,
         wall_ms: Callable[[], int],
     ) -> None:
-        """`guard` refuses a request (with its body) that does not prove the cluster
-        secret (when one is set); `wall_ms` is this node's wall clock, which every answer
+        """`guard` reads the body of a request that proves the cluster secret (when one
+        is set), or refuses it; `wall_ms` is this node's wall clock, which every answer
         to a GET carries for the asking node's clock fence (SPEC.md rule 9.13)."""
         self._membership = membership
         self._take_step = take_step
@@ -47,9 +48,9 @@ class MembershipApi:
         return web.json_response(self._membership.state.to_json(), headers=clock)
 
     async def step(self, request: web.BaseRequest, params: Params) -> web.Response:
-        body = await request.read()
-        if (refusal := self._guard(request, body)) is not None:
-            return refusal
+        body = await self._guard(request)
+        if isinstance(body, web.Response):
+            return body
         try:
             proposed = TopologyState.from_json(json.loads(body))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included

@@ -63,7 +63,8 @@ def test_with_a_secret_a_channel_without_it_is_refused(start_cluster: ClusterFac
     elsewhere = request("GET", records + "&end=z", headers=proof_header("s3cret", "GET", records))
     assert elsewhere.status == 403, elsewhere  # a proof is for its own target only
     long_ago = wall_clock_ms() - REQUEST_WINDOW_MS - 60_000
-    old = request_proof("s3cret", "GET", "/internal/v0/records?start=a", long_ago, new_nonce(), b"")
+    target = "/internal/v0/records?start=a"
+    old = request_proof("s3cret", cluster[1].url, "GET", target, long_ago, new_nonce(), b"")
     late = request("GET", records, headers={PROOF_HEADER: old})
     assert late.status == 403 and "over the 300 s allowed" in late.text, late
     for node in cluster:

@@ -1,6 +1,6 @@
 """Review of issue 29 (SPEC.md rules 11.4, 11.6, 11.7): what a stranger can make a node
 hold or do through internal HTTP and TLS before it has proven anything. Each test is a
-finding, marked xfail(strict) until it is fixed."""
+finding of the review, fixed."""
 
 from __future__ import annotations
 
@@ -35,12 +35,6 @@ def answer_to_headers_only(port: int, head: bytes, within: float) -> bytes:
 
 
 @rule("11.4")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review29: exchange() and step() read the whole body (up to --max-value-bytes, "
-    "uncounted) before guard() checks the proof: a stranger makes the node buffer 16 MiB "
-    "per connection",
-)
 @pytest.mark.parametrize(
     "method,path", [("POST", "/internal/v0/anti-entropy"), ("PUT", "/v0/admin/topology")]
 )
@@ -57,11 +51,6 @@ def test_an_internal_request_without_a_proof_is_refused_before_its_body_is_read(
 
 
 @rule("11.4")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review29: X-Dht-Proof names no receiver and SeenNonces is per node: a request "
-    "captured on its way to one node is taken by every other node within 300 s",
-)
 def test_a_request_proven_for_one_node_is_refused_by_another(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -77,12 +66,6 @@ def test_a_request_proven_for_one_node_is_refused_by_another(
 
 
 @rule("11.6", "11.7")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review29: after the TLS handshake the inner ProtocolSniffer waits for its first "
-    "byte with no deadline and outside Handshakes' 64: a stranger without a certificate "
-    "holds TLS connections (and their SSL state) open for ever",
-)
 def test_a_tls_connection_that_says_nothing_after_its_handshake_is_closed(
     tmp_path: Path,
 ) -> None:

@@ -61,6 +61,7 @@ def watch(tmp_path: Path, own: Wall, peers: list[PeerFromMemory]) -> tuple[Fence
         told.append,
         own,
         BOUND_MS,
+        1.0,
     )
     return fence, told
 
