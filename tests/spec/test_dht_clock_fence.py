@@ -6,7 +6,6 @@ cluster of two, fences nobody."""
 from __future__ import annotations
 
 import functools
-
 from typing import Any
 
 import pytest
