@@ -65,7 +65,7 @@ async def channel_costs(
         port=0, data_dir=data_dir, cluster=cluster, self_url=cluster[0], timeout=5.0
     )
     membership = Membership(data_dir, TopologyState(0, STABLE, cluster), config.vnodes)
-    service = InternalApi(storage, clock, None, membership)
+    service = InternalApi(cluster[1], storage, clock, None, membership)
     live: set[ServerConnection] = set()
     limit = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
     loop = asyncio.get_running_loop()

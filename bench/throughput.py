@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.pinning import check_pinned, pin
+from bench.process_cpu import cpu_seconds
 from bench.throughput_report import (
     BARE,
     NO_METRICS,
@@ -43,6 +44,7 @@ from bench.throughput_report import (
     WORKLOADS,
     Row,
     ceiling,
+    cpu_added,
     latency,
     metrics_costs,
     table,
@@ -57,10 +59,12 @@ SERVER_CORE = 1
 
 @dataclass(frozen=True)
 class Server:
-    """Where one row's load goes: a URL and the replicas sent with each request."""
+    """Where one row's load goes: a URL, the replicas sent with each request, and the
+    processes that serve it (whose CPU time each run counts)."""
 
     name: str
     url: str
+    pids: tuple[int, ...]
     replicas: str | None = None
 
 
@@ -94,7 +98,9 @@ def measure(
                 else:
                     prefix, keys = written[server.name]
                     script, args = "wrk_get.lua", [*args, f"prefix={prefix}", f"keys={keys}"]
+                cpu_before = cpu_seconds(server.pids)
                 run = run_wrk(server.url, script, seconds, connections, args, wrk_prefix)
+                cpu_used = cpu_seconds(server.pids) - cpu_before
                 if workload == "PUT":
                     # The last `connections` PUTs may not have finished: read below them.
                     written[server.name] = (prefix, max(2, run.requests - connections))
@@ -103,10 +109,12 @@ def measure(
                 row = rows[server.name, workload]
                 row.runs.append(run)
                 row.ratios.append(run.rate / bare_rate if bare_rate else 0.0)
+                row.cpu_us.append(cpu_used * 1e6 / run.requests if run.requests else 0.0)
                 print(
                     f"  round {round_number + 1} {pinning:8} {server.name:24} {workload} "
                     f"{run.rate:9,.0f} req/s  p99 {latency(run.p99_ms):>9}  "
-                    f"errors {run.errors}  wrk CPU {run.cpu_share:.0%}",
+                    f"errors {run.errors}  wrk CPU {run.cpu_share:.0%}  "
+                    f"server CPU {row.cpu_us[-1]:.0f} us/req",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -134,16 +142,18 @@ def bare_server(core: int | None) -> Iterator[Server]:
         wait_for(answers, bool, deadline=10)
         if core is not None:
             check_pinned(process.pid, core)
-        yield Server(BARE, url)
+        yield Server(BARE, url, (process.pid,))
     finally:
         process.terminate()
         process.wait()
 
 
 @contextlib.contextmanager
-def dht_cluster(nodes: int, core: int | None, extra: tuple[str, ...] = ()) -> Iterator[str]:
-    """A fresh cluster on a temporary folder; yields the first node's URL. With `core`,
-    every node is pinned to it once it answers."""
+def dht_cluster(
+    nodes: int, core: int | None, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """A fresh cluster on a temporary folder; yields the first node's URL and every
+    node's process id. With `core`, every node is pinned to it once it answers."""
     from dht.conformance.launcher import Cluster
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,14 +163,14 @@ def dht_cluster(nodes: int, core: int | None, extra: tuple[str, ...] = ()) -> It
                 if core is not None:
                     assert node.process is not None
                     pin(node.process.pid, core)
-            yield cluster[0].url
+            yield cluster[0].url, tuple(node.process.pid for node in cluster if node.process)
         finally:
             cluster.stop()
 
 
 def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     with bare_server(SERVER_CORE) as bare, dht_cluster(1, SERVER_CORE) as node:
-        servers = [bare, Server(ONE_NODE, node)]
+        servers = [bare, Server(ONE_NODE, *node)]
         wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
         return measure("pinned", servers, rounds, seconds, connections, wrk_prefix)
 
@@ -168,7 +178,7 @@ def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
 def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     # One cluster for both replica settings: they are a per-request parameter.
     with bare_server(None) as bare, dht_cluster(3, None) as cluster:
-        servers = [bare, Server(THREE_1_1, cluster, "1/1"), Server(THREE_2_3, cluster)]
+        servers = [bare, Server(THREE_1_1, *cluster, "1/1"), Server(THREE_2_3, *cluster)]
         return measure("unpinned", servers, rounds, seconds, connections, [])
 
 
@@ -183,14 +193,14 @@ def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
         dht_cluster(1, SERVER_CORE) as on,
         dht_cluster(1, SERVER_CORE, off) as without,
     ):
-        servers = [bare, Server(ONE_NODE, on), Server(ONE_NODE + NO_METRICS, without)]
+        servers = [bare, Server(ONE_NODE, *on), Server(ONE_NODE + NO_METRICS, *without)]
         rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True)
     with (
         bare_server(None) as bare,
         dht_cluster(3, None) as on,
         dht_cluster(3, None, off) as without,
     ):
-        servers = [bare, Server(THREE_2_3, on), Server(THREE_2_3 + NO_METRICS, without)]
+        servers = [bare, Server(THREE_2_3, *on), Server(THREE_2_3 + NO_METRICS, *without)]
         rows += measure("unpinned", servers, rounds, seconds, connections, [], True)
     return rows
 
@@ -208,7 +218,7 @@ def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             dht_cluster(3, None) as plain,
             dht_cluster(3, None, tls) as secured,
         ):
-            servers = [bare, Server(THREE_2_3, plain), Server(THREE_2_3 + WITH_TLS, secured)]
+            servers = [bare, Server(THREE_2_3, *plain), Server(THREE_2_3 + WITH_TLS, *secured)]
             return measure("unpinned", servers, rounds, seconds, connections, [], True)
 
 
@@ -247,7 +257,8 @@ def main() -> None:
         f"(median round shown; vs bare = median of per-round ratios), on "
         f"{platform.node()} ({os.cpu_count()} cores)\n"
     )
-    print(table(rows), "", *verdicts(rows), *metrics_costs(rows), *tls_costs(rows), sep="\n")
+    print(table(rows), "", *cpu_added(rows), "", *verdicts(rows), sep="\n")
+    print(*metrics_costs(rows), *tls_costs(rows), sep="\n")
     print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 

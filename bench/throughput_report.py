@@ -27,6 +27,9 @@ class Row:
     workload: str
     runs: list[WrkRun] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
+    # Every round's server CPU (user + system, all threads, every process of the row)
+    # per request, in microseconds.
+    cpu_us: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> WrkRun:
@@ -38,6 +41,11 @@ class Row:
     @property
     def ratio(self) -> float:
         return statistics.median(self.ratios)
+
+    @property
+    def cpu_per_request(self) -> float:
+        """The median of the rounds' server CPU per request, µs."""
+        return statistics.median(self.cpu_us) if self.cpu_us else 0.0
 
     @property
     def errors(self) -> int:
@@ -66,8 +74,9 @@ def latency(ms: float) -> str:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| pinning | server | workload | req/s | p50 | p99 | vs bare | errors | wrk CPU |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| pinning | server | workload | req/s | p50 | p99 | vs bare | server CPU µs/req "
+        "| errors | wrk CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         run = row.median
@@ -75,9 +84,27 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.pinning} | {row.name} | {row.workload} | {run.rate:,.0f} | "
             f"{latency(run.p50_ms)} | {latency(run.p99_ms)} | {row.ratio:.2f} | "
-            f"{row.errors} | {run.cpu_share:.0%}{bound} |"
+            f"{row.cpu_per_request:.0f} | {row.errors} | {run.cpu_share:.0%}{bound} |"
         )
     return "\n".join(lines)
+
+
+def cpu_added(rows: list[Row]) -> list[str]:
+    """One line per dht row: the server CPU per request it costs over the bare server
+    measured beside it (same pinning and workload). Issue 30's targets use this figure:
+    far steadier across machines than a ratio of rates."""
+    lines = []
+    for row in rows:
+        bare = find_row(rows, row.pinning, BARE, row.workload)
+        if row.name == BARE or bare is None:
+            continue
+        added = row.cpu_per_request - bare.cpu_per_request
+        lines.append(
+            f"{row.name} ({row.pinning}) adds {added:.0f} µs of CPU per {row.workload} "
+            f"({row.cpu_per_request:.0f} against {bare.cpu_per_request:.0f} µs for bare "
+            "aiohttp)"
+        )
+    return lines
 
 
 def find_row(rows: list[Row], pinning: str, name: str, workload: str) -> Row | None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
 from bench.pinning import check_pinned, pin
+from bench.process_cpu import cpu_seconds
 from bench.throughput_report import (
     BARE,
     ONE_NODE,
@@ -16,6 +18,7 @@ from bench.throughput_report import (
     THREE_2_3,
     Row,
     ceiling,
+    cpu_added,
     table,
     verdicts,
 )
@@ -89,7 +92,7 @@ def test_the_ceiling_compares_the_bare_rate_with_the_fastest_dht_row() -> None:
 def test_the_table_has_one_line_per_row_with_its_median_round() -> None:
     lines = table(rows(one_node=9000, three=3000)).splitlines()
     assert len(lines) == 2 + 7
-    assert lines[4] == "| pinned | 1 node | PUT | 9,000 | 2.00 ms | 9.00 ms | 0.90 | 0 | 30% |"
+    assert lines[4] == "| pinned | 1 node | PUT | 9,000 | 2.00 ms | 9.00 ms | 0.90 | 0 | 0 | 30% |"
 
 
 def test_a_process_free_on_other_cores_is_not_pinned() -> None:
@@ -108,3 +111,25 @@ def test_pin_pins_every_thread_of_a_running_process() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_cpu_added_is_the_median_server_cpu_per_request_over_the_bare_servers() -> None:
+    bare = row("pinned", BARE, "PUT", 10_000, 10_000, 10_000)
+    bare.cpu_us = [25.0, 27.0, 26.0]
+    node = row("pinned", ONE_NODE, "PUT", 5000, 5000, 5000)
+    node.cpu_us = [70.0, 90.0, 74.0]
+    assert cpu_added([bare, node]) == [
+        "1 node (pinned) adds 48 µs of CPU per PUT (74 against 26 µs for bare aiohttp)"
+    ]
+    assert cpu_added([node]) == []  # no bare server beside it: nothing to subtract
+
+
+def test_cpu_seconds_reads_every_thread_of_a_process_from_proc() -> None:
+    pid = os.getpid()
+    before = cpu_seconds((pid,))
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # burn 0.2 s of CPU in this process
+        pass
+    used = cpu_seconds((pid,)) - before
+    assert used >= 0.15, used  # ticks of 10 ms: a little below what process_time saw
+    assert cpu_seconds((pid, pid)) >= 2 * cpu_seconds((pid,)) - 0.02
