@@ -77,6 +77,13 @@ class DiskSpace:
         self.refusing = False
 
     def status(self) -> dict[str, Any]:
+        """What /v0/status shows, from a reading at most `max_age` old: a node whose
+        writes fail before they reach `admit` (LevelDB refusing after a compaction took
+        the last bytes) would otherwise show the space of its start for ever."""
+        if self._clock() - self._measured_at > self._max_age:
+            self._refresh()
+            if self.refusing and self._free >= self.reserve + RESUME_MARGIN:
+                self.refusing = False
         return {
             "free_bytes": self._free,
             "reserve_bytes": self.reserve,

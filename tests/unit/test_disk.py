@@ -74,3 +74,18 @@ def test_the_estimate_is_measured_again_once_stale() -> None:
 def test_a_restart_on_a_full_volume_starts_refusing() -> None:
     assert space(Volume(RESERVE + MiB // 2), Clock()).refusing
     assert not space(Volume(RESERVE + 2 * MiB), Clock()).refusing
+
+
+def test_status_measures_again_once_stale_and_says_when_space_is_back() -> None:
+    """A node whose writes fail before they reach the reserve's check (LevelDB refusing
+    after a compaction took the last bytes) still shows the volume as it is now, not as
+    it was at start (found by the disk-full spec test)."""
+    volume, clock = Volume(RESERVE + MiB // 2), Clock()
+    disk = space(volume, clock)
+    assert disk.status()["refusing_writes"] is True
+    volume.free = RESERVE + 40 * MiB  # space back, and no write since
+    assert disk.status()["refusing_writes"] is True  # the reading is fresh: trusted
+    clock.now = 1.6
+    status = disk.status()
+    assert status["free_bytes"] == RESERVE + 40 * MiB
+    assert status["refusing_writes"] is False
