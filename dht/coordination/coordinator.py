@@ -91,6 +91,8 @@ class Coordinator:
     async def _get(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
         quorums = self._quorums(key, replicas)
         targets = union([nodes for nodes, _ in quorums])
+        if targets == [self._self_url]:
+            return self._get_here(key)
         if (refusal := self._refuse_if_unavailable(quorums)) is not None:
             return refusal
         tally: Tally[Record | None] = Tally(quorums, self.counters, keeps_late=True)
@@ -108,6 +110,18 @@ class Coordinator:
         if winner is None or not winner.live_at(self._clock.wall_ms()):
             return Outcome(Status.NOT_FOUND)  # absent, deleted or expired
         return Outcome(Status.FOUND, winner.value)
+
+    def _get_here(self, key: bytes) -> Outcome:
+        """A read whose only replica is this node (a one-node ring, or `1/1` on the
+        key's owner): its record, with no fan-out, tally or repair to make."""
+        try:
+            record = self._storage.get(key)
+        except Exception:
+            log.exception("local replica operation failed")
+            return Outcome(Status.NOT_ENOUGH_REPLICAS)
+        if record is None or not record.live_at(self._clock.wall_ms()):
+            return Outcome(Status.NOT_FOUND)
+        return Outcome(Status.FOUND, record.value)
 
     async def put(
         self,
@@ -257,6 +271,8 @@ class Coordinator:
     ) -> Outcome:
         quorums = self._quorums(key, replicas)
         targets = union([nodes for nodes, _ in quorums])
+        if targets == [self._self_url]:
+            return await self._write_here(key, record, success, settled)
         if (refusal := self._refuse_if_unavailable(quorums)) is not None:
             if settled is not None:
                 settled()
@@ -276,6 +292,31 @@ class Coordinator:
             if tally.no_space:
                 return Outcome(Status.INSUFFICIENT_STORAGE)
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
+        return Outcome(success)
+
+    async def _write_here(
+        self,
+        key: bytes,
+        record: Record,
+        success: Status,
+        settled: Callable[[], None] | None,
+    ) -> Outcome:
+        """A write whose only replica is this node: stored, with no fan-out or tally (the
+        outcomes are the tally's for one local replica: a full volume is 507, any other
+        failure 504)."""
+        try:
+            stored = self._storage.write(key, record)
+            if isinstance(stored, asyncio.Future):
+                await stored
+        except DiskFull as exc:
+            self._refusals.warning("disk-full", "writes refused: %s", exc)
+            return Outcome(Status.INSUFFICIENT_STORAGE)
+        except Exception:
+            log.exception("local replica operation failed")
+            return Outcome(Status.NOT_ENOUGH_REPLICAS)
+        finally:
+            if settled is not None:
+                settled()
         return Outcome(success)
 
     def _hint_if_missed(
