@@ -48,7 +48,12 @@ def proof(
     ring: str,
 ) -> bytes:
     """What `side` sends to prove it knows `secret`, for this handshake."""
-    parts = (side.value, client_nonce, server_nonce, sender.encode(), ring.encode())
+    return _mac(secret, (side.value, client_nonce, server_nonce, sender.encode(), ring.encode()))
+
+
+def _mac(secret: str | None, parts: tuple[bytes, ...]) -> bytes:
+    """HMAC-SHA256 keyed by `secret` (empty without one) over `parts`, each prefixed by
+    its length, so no two lists of parts give the same message."""
     message = b"".join(_LENGTH.pack(len(part)) + part for part in parts)
     return hmac.new((secret or "").encode(), message, hashlib.sha256).digest()
 
@@ -106,8 +111,7 @@ def _request_mac(
         nonce,
         hashlib.sha256(body).digest(),
     )
-    message = b"".join(_LENGTH.pack(len(part)) + part for part in parts)
-    return hmac.new((secret or "").encode(), message, hashlib.sha256).hexdigest()
+    return _mac(secret, parts).hex()
 
 
 class SeenNonces:

@@ -1,5 +1,5 @@
-"""Review of issue 29: the fence watch (dht.replication.fence, SPEC.md rule 9.13) reading
-a peer's X-Dht-Clock that is a number, but no time. Found by the review, fixed."""
+"""The fence watch (dht.replication.fence, SPEC.md rule 9.13) reading a peer's
+X-Dht-Clock that is a number, but no time: the watch and /v0/status go on."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Review of issue 29: the replica channel's dial (dht.replication.channel) closed while
-its handshake is under way. Found by the review, fixed."""
+"""The replica channel's dial (dht.replication.channel) closed while its handshake is
+under way leaves no connection open."""
 
 from __future__ import annotations
 

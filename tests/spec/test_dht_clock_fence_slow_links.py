@@ -1,5 +1,6 @@
-"""Review of issue 29 (SPEC.md rule 9.13): the clock fence's look at start. Found by
-the review, fixed."""
+"""SPEC.md rule 9.13: the clock fence's look at start holds clients off while a peer
+behind a slow link has yet to answer, so a node restarted with its clock off never
+answers from its own data first."""
 
 from __future__ import annotations
 

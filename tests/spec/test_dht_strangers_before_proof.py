@@ -1,6 +1,7 @@
-"""Review of issue 29 (SPEC.md rules 11.4, 11.6, 11.7): what a stranger can make a node
-hold or do through internal HTTP and TLS before it has proven anything. Each test is a
-finding of the review, fixed."""
+"""SPEC.md rules 11.4, 11.6 and 11.7: what a stranger can make a node hold or do through
+internal HTTP and TLS before it has proven anything: no body read before the proof's
+header passes, no proof taken by a node it was not made for, no silent TLS connection
+kept."""
 
 from __future__ import annotations
 
