@@ -67,7 +67,7 @@ PERCENT_ODDITIES = [
 ]  # fmt: skip
 HEADER_NAMES = [
     "User-Agent", "Accept", "X-Fuzz", "Content-Type", "Accept-Encoding", "Cookie",
-    "X-Dht-Secret", "X-Dht-Ring", "Expect", "Upgrade", "Connection", "Keep-Alive",
+    "X-Dht-Proof", "X-Dht-Ring", "Expect", "Upgrade", "Connection", "Keep-Alive",
 ]  # fmt: skip
 HEADER_VALUES = {
     "Connection": ["close", "keep-alive", "Upgrade", "junk", "close, keep-alive"],
