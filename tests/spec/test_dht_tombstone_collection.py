@@ -111,7 +111,7 @@ def test_a_delete_from_a_clock_behind_is_not_undone_by_collection(
     ring = Ring(cluster.urls, NodeConfig.vnodes)
     keys = [
         key
-        for key in (f"clock-behind-{index}" for index in range(40))
+        for key in (f"clock-behind-{index}" for index in range(200))
         if behind.url not in ring.replicas_for(key.encode(), 3)
     ]
     assert len(keys) >= 5
