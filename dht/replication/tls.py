@@ -38,6 +38,28 @@ class TlsSetupError(Exception):
     """A certificate, key or CA file that cannot be used: the node does not start."""
 
 
+class TlsRefusals:
+    """Peers refused for want of a valid certificate, by reason, for `/v0/status` and
+    `/metrics`; each logged, a few lines per reason and interval at most."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.last: str | None = None
+        self._log = RateLimitedLog(log)
+
+    def refused(self, reason: str, peer: str, detail: str, logged: bool = False) -> None:
+        """A connection or request from `peer` was refused: `reason` is the counter's
+        label (few distinct values), `detail` what the log says (unless the caller
+        `logged` it already)."""
+        self.counts[reason] += 1
+        self.last = f"{peer}: {detail}"
+        if not logged:
+            self._log.warning("tls-" + reason, "refused %s: %s", peer, detail)
+
+    def status(self) -> dict[str, Any]:
+        return {"refused": dict(self.counts), "last_refused": self.last}
+
+
 @dataclass
 class TlsContexts:
     """`server` takes a connection (a peer's certificate is asked for, a client's is
@@ -46,7 +68,7 @@ class TlsContexts:
 
     server: ssl.SSLContext
     client: ssl.SSLContext
-    refusals: TlsRefusals = field(default_factory=lambda: TlsRefusals())
+    refusals: TlsRefusals = field(default_factory=TlsRefusals)
 
 
 def load_contexts(cert: Path, key: Path, ca: Path) -> TlsContexts:
@@ -69,28 +91,6 @@ def load_contexts(cert: Path, key: Path, ca: Path) -> TlsContexts:
     client.verify_mode = ssl.CERT_REQUIRED
     client.check_hostname = True
     return TlsContexts(server, client)
-
-
-class TlsRefusals:
-    """Peers refused for want of a valid certificate, by reason, for `/v0/status` and
-    `/metrics`; each logged, a few lines per reason and interval at most."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.last: str | None = None
-        self._log = RateLimitedLog(log)
-
-    def refused(self, reason: str, peer: str, detail: str, logged: bool = False) -> None:
-        """A connection or request from `peer` was refused: `reason` is the counter's
-        label (few distinct values), `detail` what the log says (unless the caller
-        `logged` it already)."""
-        self.counts[reason] += 1
-        self.last = f"{peer}: {detail}"
-        if not logged:
-            self._log.warning("tls-" + reason, "refused %s: %s", peer, detail)
-
-    def status(self) -> dict[str, Any]:
-        return {"refused": dict(self.counts), "last_refused": self.last}
 
 
 def handshake_reason(error: BaseException) -> str:
