@@ -22,7 +22,6 @@ import heapq
 import hmac
 import os
 import struct
-from typing import cast
 
 NONCE_BYTES = 16
 PROOF_BYTES = hashlib.sha256().digest_size
@@ -146,20 +145,13 @@ class SeenNonces:
 def unfit_proof(header: str, now_ms: int) -> str | None:
     """Why `header` cannot be a proof made now, judged from the header alone (before a
     body is read for it); None if it may be one."""
-    parsed = _parsed(header)
-    if isinstance(parsed, str):
-        return parsed
-    made_ms, _, _ = parsed
-    if abs(now_ms - made_ms) >= REQUEST_WINDOW_MS:
-        return (
-            f"a proof made {abs(now_ms - made_ms) / 1000:.0f} s from this node's clock, "
-            f"over the {REQUEST_WINDOW_MS // 1000} s allowed"
-        )
-    return None
+    judged = _judged(header, now_ms)
+    return judged if isinstance(judged, str) else None
 
 
-def _parsed(header: str) -> tuple[int, bytes, str] | str:
-    """The time, nonce and MAC of a proof header, or why it is none."""
+def _judged(header: str, now_ms: int) -> tuple[int, bytes, str] | str:
+    """The time, nonce and MAC of a proof header made within the window of `now_ms`,
+    or why it is none."""
     made, _, rest = header.partition(".")
     nonce_hex, _, mac = rest.partition(".")
     try:
@@ -169,6 +161,11 @@ def _parsed(header: str) -> tuple[int, bytes, str] | str:
         return "no proof of the cluster secret"
     if len(nonce) < NONCE_BYTES or not mac:
         return "no proof of the cluster secret"
+    if abs(now_ms - made_ms) >= REQUEST_WINDOW_MS:
+        return (
+            f"a proof made {abs(now_ms - made_ms) / 1000:.0f} s from this node's clock, "
+            f"over the {REQUEST_WINDOW_MS // 1000} s allowed"
+        )
     return made_ms, nonce, mac
 
 
@@ -184,9 +181,10 @@ def check_request(
 ) -> str | None:
     """None if `header` proves `secret` for this request to `receiver` (this node's
     URL), else why not."""
-    if (unfit := unfit_proof(header, now_ms)) is not None:
-        return unfit
-    made_ms, nonce, mac = cast(tuple[int, bytes, str], _parsed(header))
+    judged = _judged(header, now_ms)
+    if isinstance(judged, str):
+        return judged
+    made_ms, nonce, mac = judged
     expected = _request_mac(secret, receiver, method, target, made_ms, nonce, body)
     if not hmac.compare_digest(expected.encode(), mac.encode("ascii", "replace")):
         return "a wrong proof of the cluster secret"
