@@ -16,7 +16,7 @@ from aiohttp import web
 from dht.config import NodeConfig
 from dht.coordination.coordinator import Coordinator
 from dht.metrics import CONTENT_TYPE, Metrics
-from dht.model.clock import HybridClock, version_ms, wall_clock_ms
+from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import QuietMalformedHttp
 from dht.model.merkle import MerkleTrees, holders
 from dht.model.record import Record
@@ -61,6 +61,7 @@ class Node:
             config.max_clock_drift_ms,
             floor=self.storage.clock_ceiling(),
             save_ceiling=self.storage.save_clock_ceiling,
+            wall_us=skewed_wall_clock_us(config.clock_skew),
         )
         self._warn_if_clock_behind()
         seed = (
@@ -368,6 +369,14 @@ def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:
         return wall_clock_ms
     skew_ms = round(skew_seconds * 1000)
     return lambda: wall_clock_ms() + skew_ms
+
+
+def skewed_wall_clock_us(skew_seconds: float) -> Callable[[], int]:
+    """`skewed_wall_clock` in microseconds."""
+    if not skew_seconds:
+        return wall_clock_us
+    skew_us = round(skew_seconds * 1_000_000)
+    return lambda: wall_clock_us() + skew_us
 
 
 def run_node(config: NodeConfig) -> None:

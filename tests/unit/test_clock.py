@@ -46,6 +46,27 @@ def test_a_write_10_ms_later_is_newer_than_every_write_before_it() -> None:
     assert version_ms(later) == wall.ms
 
 
+def test_two_coordinators_order_writes_a_microsecond_apart_within_one_millisecond() -> None:
+    """Found by tests/spec/test_dht_placement.py once the lean HTTP path made a write
+    through one node and the next through another fit in one millisecond: the second
+    coordinator's counter started below the first's, and its later write lost."""
+    us = [START_MS * 1000 + 100]
+
+    def wall_us() -> int:
+        return us[0]
+
+    first = HybridClock(lambda: us[0] // 1000, wall_us=wall_us)
+    second = HybridClock(lambda: us[0] // 1000, wall_us=wall_us)
+    earlier = [first.now() for _ in range(3)]  # one coordinator, three writes
+    us[0] += 1
+    later = second.now()  # the other coordinator, a microsecond on
+    assert later > max(earlier)
+    assert version_ms(later) == START_MS  # still the same millisecond
+    clock = HybridClock(lambda: us[0] // 1000, wall_us=wall_us)
+    many = [clock.now() for _ in range(5_000)]  # a frozen clock: the counter goes on
+    assert all(a < b for a, b in itertools.pairwise(many))
+
+
 def test_versions_keep_increasing_when_the_wall_clock_steps_backwards() -> None:
     wall = FakeWall()
     clock = HybridClock(wall)
