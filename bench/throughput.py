@@ -4,10 +4,12 @@ aiohttp server measured in the same run, and whether that meets the targets.
 Two groups of rows, PUT (unique keys, 100-byte values) then GET (over the keys that
 round's PUT wrote), each with its own bare-server reference:
 
-- pinned: the bare server and ONE dht node, each pinned to core 1 (`taskset`), wrk
-  pinned to core 0, so server and generator never share a core;
+- pinned: the bare server and ONE dht node, with and without its lean HTTP path
+  (`--no-lean-http`), each pinned to core 1 (`taskset`), wrk pinned to core 0, so
+  server and generator never share a core;
 - unpinned: the bare server, 3 nodes at replicas 1/1 and 3 nodes at the default 2/3
-  (one cluster for both), everything free on both cores.
+  (one cluster for both), and 3 nodes at 2/3 with `--no-lean-http`, everything free on
+  both cores.
 
 wrk always runs with one thread (`-t1 -c64`, the issue's original measurement), so its
 CPU share of one core tells whether it was the bottleneck. Each measurement runs
@@ -36,6 +38,7 @@ from bench.pinning import check_pinned, pin
 from bench.process_cpu import cpu_seconds
 from bench.throughput_report import (
     BARE,
+    NO_LEAN,
     NO_METRICS,
     ONE_NODE,
     THREE_1_1,
@@ -46,6 +49,7 @@ from bench.throughput_report import (
     ceiling,
     cpu_added,
     latency,
+    lean_gains,
     metrics_costs,
     table,
     tls_costs,
@@ -169,17 +173,32 @@ def dht_cluster(
 
 
 def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
-    with bare_server(SERVER_CORE) as bare, dht_cluster(1, SERVER_CORE) as node:
-        servers = [bare, Server(ONE_NODE, *node)]
+    """One node with its lean HTTP path and one without (`--no-lean-http`, every request
+    through aiohttp's handler), in alternating order."""
+    with (
+        bare_server(SERVER_CORE) as bare,
+        dht_cluster(1, SERVER_CORE) as node,
+        dht_cluster(1, SERVER_CORE, ("--no-lean-http",)) as aiohttp_path,
+    ):
+        servers = [bare, Server(ONE_NODE, *node), Server(ONE_NODE + NO_LEAN, *aiohttp_path)]
         wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
-        return measure("pinned", servers, rounds, seconds, connections, wrk_prefix)
+        return measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True)
 
 
 def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     # One cluster for both replica settings: they are a per-request parameter.
-    with bare_server(None) as bare, dht_cluster(3, None) as cluster:
-        servers = [bare, Server(THREE_1_1, *cluster, "1/1"), Server(THREE_2_3, *cluster)]
-        return measure("unpinned", servers, rounds, seconds, connections, [])
+    with (
+        bare_server(None) as bare,
+        dht_cluster(3, None) as cluster,
+        dht_cluster(3, None, ("--no-lean-http",)) as aiohttp_path,
+    ):
+        servers = [
+            bare,
+            Server(THREE_1_1, *cluster, "1/1"),
+            Server(THREE_2_3, *cluster),
+            Server(THREE_2_3 + NO_LEAN, *aiohttp_path),
+        ]
+        return measure("unpinned", servers, rounds, seconds, connections, [], True)
 
 
 def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
@@ -258,7 +277,7 @@ def main() -> None:
         f"{platform.node()} ({os.cpu_count()} cores)\n"
     )
     print(table(rows), "", *cpu_added(rows), "", *verdicts(rows), sep="\n")
-    print(*metrics_costs(rows), *tls_costs(rows), sep="\n")
+    print(*lean_gains(rows), *metrics_costs(rows), *tls_costs(rows), sep="\n")
     print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 

@@ -316,6 +316,14 @@ class NodeConfig:
         help="serve no GET /metrics and count nothing for it (the path then answers 400 "
         "like any unknown one): only to measure what the counting costs (default: on)",
     )
+    lean_http: bool = setting(
+        True,
+        flag="--no-lean-http",
+        action="store_false",
+        help="answer every request through aiohttp's request handler, not simple entity "
+        "requests straight off the socket: only to measure what that saves, or to rule it "
+        "out when an HTTP client misbehaves (default: on)",
+    )
     log_level: str = setting(
         "INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),

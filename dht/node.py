@@ -35,6 +35,7 @@ from dht.storage.store import Storage
 from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
+from dht.web.lean_http import LeanHttp
 from dht.web.listener import SharedPortSite
 from dht.web.membership_api import MembershipApi
 from dht.web.server import HttpServer, Params, Route
@@ -126,6 +127,7 @@ class Node:
             routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
+        self.lean: LeanHttp | None = None  # made when the node starts serving
         self.fence = FenceWatch(
             config.self_url,
             config.data_dir,
@@ -251,6 +253,10 @@ class Node:
             "max_in_flight_bytes": self.budget.limit,
             "byte_budget_refusals": self.budget.refused,
             "internal_errors": self.http.errors,
+            # Connections the lean HTTP protocol holds, and those it handed to aiohttp.
+            "lean_http": None
+            if self.lean is None
+            else {"connections": len(self.lean.connections), "handed_off": self.lean.handed_off},
             "read_repairs": self.coordinator.counters.read_repairs,
             "background_failures": self.coordinator.counters.background_failures,
             "hints_delivered": self.hint_delivery.delivered,
@@ -287,12 +293,13 @@ class Node:
                 message, payload, protocol, writer, task, loop, client_max_size=client_max_size
             )
 
+        # A key travels percent-encoded in the request line: up to 3 bytes per byte.
+        max_line_size = 3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD
         server = web.Server(
             self.http.handle,
             request_factory=make_request,
             access_log=None,
-            # A key travels percent-encoded in the request line: up to 3 bytes per byte.
-            max_line_size=3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD,
+            max_line_size=max_line_size,
         )
         runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE)
         quiet = QuietMalformedHttp()
@@ -302,6 +309,13 @@ class Node:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
+            if self.config.lean_http:
+                self.lean = LeanHttp(
+                    self.http.whole_body_routes(),
+                    self.http.serve_whole_body,
+                    server,
+                    max_line_size,
+                )
             site = SharedPortSite(
                 runner,
                 self.config.host,
@@ -310,6 +324,8 @@ class Node:
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
                 self.budget,
                 self.tls,
+                self.lean,
+                SHUTDOWN_GRACE,
             )
             if self.fence.fenced is None:
                 # Never a stale answer once removed, nor a refused write with a clock off.

@@ -20,7 +20,17 @@ from dht.coordination.cluster_range import NotEnoughSources, RangeIncomplete
 from dht.coordination.coordinator import Coordinator, Outcome, Status
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import ByteBudget
-from dht.web.server import BadRequest, Params, PayloadTooLarge, Route, start_stream, text
+from dht.web.server import (
+    BadRequest,
+    Params,
+    PayloadTooLarge,
+    PendingBody,
+    Reply,
+    Route,
+    plain,
+    start_stream,
+    text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +54,21 @@ _REASONS = {
 }
 
 
-def respond(outcome: Outcome) -> web.Response:
-    status = _STATUS_CODES[outcome.status]
+# The answers that never change, built once.
+_FIXED_REPLIES = {
+    status: plain(_STATUS_CODES[status], reason)
+    for status, reason in _REASONS.items()
+    if status is not Status.UNAVAILABLE
+}
+
+
+def respond(outcome: Outcome) -> Reply:
     if outcome.status is Status.FOUND:
-        return web.Response(
-            status=status, body=outcome.value, content_type="application/octet-stream"
-        )
-    headers = None
+        return Reply(200, outcome.value, "application/octet-stream")
     if outcome.status is Status.UNAVAILABLE:
-        headers = {"Retry-After": str(max(1, math.ceil(outcome.retry_after)))}
-    return text(status, _REASONS[outcome.status], headers)
+        retry_after = str(max(1, math.ceil(outcome.retry_after)))
+        return plain(503, _REASONS[Status.UNAVAILABLE], {"Retry-After": retry_after})
+    return _FIXED_REPLIES[outcome.status]
 
 
 def required(params: Params, name: str) -> bytes:
@@ -83,6 +98,11 @@ class ClientApi:
             "/v0/entity": Route(
                 {"GET": self.get_entity, "PUT": self.put_entity, "DELETE": self.delete_entity},
                 operations={"GET": "get", "PUT": "put", "DELETE": "delete"},
+                whole_body={
+                    "GET": self.get_value,
+                    "PUT": self.put_value,
+                    "DELETE": self.delete_value,
+                },
             ),
             "/v0/entities": Route({"GET": self.entities}, operations={"GET": "range"}),
         }
@@ -90,11 +110,35 @@ class ClientApi:
     async def status(self, request: web.BaseRequest, params: Params) -> web.Response:
         return web.Response(text=json.dumps(self._status()), content_type="application/json")
 
-    async def get_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
+    async def get_entity(self, request: web.BaseRequest, params: Params) -> Reply:
+        return await self.get_value(params, b"")
+
+    async def get_value(self, params: Params, body: bytes | PendingBody) -> Reply:
+        """A GET (its body, if any, is not read)."""
         key, replicas = self._entity_params(params)
         return respond(await self._coordinator.get(key, replicas))
 
-    async def put_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
+    async def put_value(self, params: Params, body: bytes | PendingBody) -> Reply:
+        """A PUT on the lean path, admitted by the length it announced before its body
+        is read, as `put_entity` admits one."""
+        key, replicas = self._entity_params(params)
+        ttl_ms = ttl_param(params)
+        length = len(body) if isinstance(body, bytes) else body.length
+        if length > self._max_value_bytes:
+            raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
+        if not self._budget.acquire(length):
+            return self._over_budget()
+        if isinstance(body, bytes):
+            value = body
+        else:
+            try:
+                value = await body.value
+            except BaseException:  # the client went away: its handler is cancelled
+                self._budget.release(length)
+                raise
+        return await self._store(key, replicas, ttl_ms, value, length)
+
+    async def put_entity(self, request: web.BaseRequest, params: Params) -> Reply:
         key, replicas = self._entity_params(params)
         ttl_ms = ttl_param(params)
         length = request.content_length
@@ -114,6 +158,13 @@ class ClientApi:
             if body is None:
                 return self._over_budget()
             value, held = body, len(body)
+        return await self._store(key, replicas, ttl_ms, value, held)
+
+    async def _store(
+        self, key: bytes, replicas: ReplicaCount | None, ttl_ms: int, value: bytes, held: int
+    ) -> Reply:
+        """Writes `value`, whose `held` bytes of the budget are released once no replica
+        call holds it."""
         released = False
 
         def release() -> None:
@@ -147,15 +198,19 @@ class ClientApi:
             raise
         return b"".join(parts)
 
-    def _over_budget(self) -> web.Response:
-        return text(
+    def _over_budget(self) -> Reply:
+        return plain(
             503,
             f"Overloaded: {self._budget.in_flight} bytes of values in flight, the limit is "
             f"{self._budget.limit}",
             {"Retry-After": "1"},
         )
 
-    async def delete_entity(self, request: web.BaseRequest, params: Params) -> web.Response:
+    async def delete_entity(self, request: web.BaseRequest, params: Params) -> Reply:
+        return await self.delete_value(params, b"")
+
+    async def delete_value(self, params: Params, body: bytes | PendingBody) -> Reply:
+        """A DELETE (its body, if any, is not read)."""
         key, replicas = self._entity_params(params)
         return respond(await self._coordinator.delete(key, replicas))
 

@@ -1,7 +1,8 @@
 """The node's one listening port, serving HTTP (aiohttp) and the replica channel.
 
 An aiohttp site whose accepted connections start with `ProtocolSniffer`: the first byte
-decides whether aiohttp's request handler or a replica channel `ServerConnection` takes
+decides whether HTTP (the lean protocol of `dht.web.lean_http`, which hands what it does
+not take to aiohttp's request handler) or a replica channel `ServerConnection` takes
 the connection, or (0x16, with TLS between nodes) that TLS comes first. One port keeps
 the topology a list of HTTP URLs, and lets every Toxiproxy link carry every kind of
 traffic unchanged.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -19,6 +21,7 @@ from dht.replication.channel_server import ProtocolSniffer, ReplicaService, Serv
 from dht.replication.handshakes import Handshakes
 from dht.replication.protocol import Budget
 from dht.replication.tls import TlsContexts
+from dht.web.lean_http import LeanHttp
 
 
 class SharedPortSite(web.BaseSite):
@@ -31,10 +34,16 @@ class SharedPortSite(web.BaseSite):
         max_message_bytes: int,
         budget: Budget,
         tls: TlsContexts | None = None,
+        lean: LeanHttp | None = None,
+        shutdown_grace: float = 3.0,
         backlog: int = 1024,
     ) -> None:
-        """`tls`: when nodes talk TLS, the contexts a TLS connection is taken with."""
+        """`tls`: when nodes talk TLS, the contexts a TLS connection is taken with.
+        `lean`: takes HTTP connections first (it hands them to aiohttp at the first
+        request it does not take); without it, aiohttp takes them."""
         super().__init__(runner, backlog=backlog)
+        self._lean = lean
+        self._shutdown_grace = shutdown_grace
         self._tls = tls
         self._host = host
         self._port = port
@@ -49,8 +58,10 @@ class SharedPortSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        http = self._runner.server
+        http: Callable[[], asyncio.Protocol] | None = self._lean or self._runner.server
         assert http is not None
+        if self._lean is not None:
+            self._lean.start()
         garbage = RateLimitedLog(logging.getLogger("dht.replication.channel_server"))
         handshakes = Handshakes(garbage)
 
@@ -74,7 +85,10 @@ class SharedPortSite(web.BaseSite):
         )
 
     async def stop(self) -> None:
-        """Stops accepting, and closes every replica channel (aiohttp closes its own)."""
+        """Stops accepting, closes every replica channel, and the lean connections once
+        their answers are written (aiohttp closes its own)."""
         await super().stop()
+        if self._lean is not None:
+            await self._lean.shutdown(self._shutdown_grace)
         for connection in list(self.channels):
             connection.abort()

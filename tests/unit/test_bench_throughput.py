@@ -13,12 +13,14 @@ from bench.pinning import check_pinned, pin
 from bench.process_cpu import cpu_seconds
 from bench.throughput_report import (
     BARE,
+    NO_LEAN,
     ONE_NODE,
     THREE_1_1,
     THREE_2_3,
     Row,
     ceiling,
     cpu_added,
+    lean_gains,
     table,
     verdicts,
 )
@@ -58,20 +60,42 @@ def rows(one_node: float, three: float, cpu: float = 0.3, errors: int = 0) -> li
     ]
 
 
+def with_cpu(measured: list[Row], bare_us: float, node_us: float) -> list[Row]:
+    """`measured`, its pinned bare rows at `bare_us` and 1-node rows at `node_us` of CPU
+    per request."""
+    for r in measured:
+        if r.pinning == "pinned":
+            r.cpu_us = [bare_us if r.name == BARE else node_us] * len(r.runs)
+    return measured
+
+
 def test_each_target_gets_a_met_or_missed_line() -> None:
-    assert verdicts(rows(one_node=9000, three=3000)) == [
-        "target PUT 1 node >= 0.90 x bare (pinned): 0.90 met",
-        "target GET 1 node >= 0.90 x bare (pinned): 0.95 met",
+    assert verdicts(with_cpu(rows(one_node=9000, three=3000), 30, 40)) == [
+        "target PUT 1 node adds <= 24 µs of CPU over bare (pinned): 10 µs met",
+        "target GET 1 node adds <= 10 µs of CPU over bare (pinned): 10 µs met",
         "target PUT 3 nodes, 2/3 (default) >= 0.40 x bare (unpinned): 0.30 missed",
     ]
-    lines = verdicts(rows(one_node=8900, three=4000))
-    assert lines[0].endswith("0.89 missed") and lines[2].endswith("0.40 met")
+    lines = verdicts(with_cpu(rows(one_node=8900, three=4000), 30, 55))
+    assert lines[0].endswith("25 µs missed") and lines[1].endswith("25 µs missed")
+    assert lines[2].endswith("0.40 met")
+
+
+def test_the_lean_path_line_compares_a_row_with_its_no_lean_twin() -> None:
+    lean = row("pinned", ONE_NODE, "PUT", 8000, 8000, 8000)
+    lean.cpu_us = [45.0] * 3
+    twin = row("pinned", ONE_NODE + NO_LEAN, "PUT", 4000, 4000, 4000)
+    twin.cpu_us = [90.0] * 3
+    assert lean_gains([lean, twin]) == [
+        "lean HTTP pinned 1 node PUT: 45 µs of CPU per request against 90 with "
+        "`--no-lean-http` (50% less); 0.80 against 0.40 x bare"
+    ]
+    assert lean_gains([lean]) == []
 
 
 def test_a_verdict_on_a_generator_bound_or_failing_run_says_it_does_not_count() -> None:
-    lines = verdicts(rows(one_node=9000, three=3000, cpu=0.97, errors=3))
+    lines = verdicts(with_cpu(rows(one_node=9000, three=3000, cpu=0.97, errors=3), 30, 40))
     assert lines[:3] == [
-        "target PUT 1 node >= 0.90 x bare (pinned): 0.90 met",
+        "target PUT 1 node adds <= 24 µs of CPU over bare (pinned): 10 µs met",
         "  does not count: wrk used >= 90% of its core on bare aiohttp",
         "  does not count: 9 errors on bare aiohttp",
     ]

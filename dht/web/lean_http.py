@@ -1,0 +1,408 @@
+"""The client's hot path: simple requests of routes with `whole_body` handlers (GET, PUT
+and DELETE of /v0/entity) served straight off the socket; anything else handed to aiohttp.
+
+aiohttp's request handler costs a node ~25 µs of CPU a request (a request object, a
+URL, header multidicts, a response object, a task switch), as much as all of a node's
+own work on a GET. A `LeanConnection` takes every HTTP connection first. While its
+requests are simple (HTTP/1.1, one of the routes' methods, a request target of URL
+characters, plain `name: value` headers, a body of at most `MAX_BODY` bytes announced by
+Content-Length, no Transfer-Encoding, Expect, Upgrade or Content-Encoding), it parses
+them itself and writes each answer with one call, its header block built once per kind
+of answer. The first request it does not take hands the connection, with every byte
+not yet answered, to aiohttp for the rest of the connection's life: anything unusual
+meets aiohttp's own strict parser (llhttp) and is answered exactly as before. What the
+lean parser takes is a subset of what llhttp takes (tests/fuzz/test_lean_http.py
+compares the two).
+
+Requests on one connection are answered one at a time, in order (pipelined ones wait
+in the buffer); reading pauses while more than `READ_LIMIT` bytes wait, and answering
+pauses while the socket's send buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import re
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, cast
+
+import aiohttp
+from aiohttp.tcp_helpers import tcp_keepalive
+
+from dht.web.server import Answer, PendingBody, Reply
+
+log = logging.getLogger(__name__)
+
+# A larger PUT goes to aiohttp, which admits it against the byte budget before reading it.
+MAX_BODY = 64 * 1024
+# Within aiohttp's limits (8190 bytes a field, 128 fields), so a request taken lean is
+# one aiohttp would take too.
+MAX_HEADER_BYTES = 8000
+MAX_HEADERS = 32
+# A body at least this large is written in a call of its own rather than copied once more.
+_JOIN_BELOW = 16 * 1024
+READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
+# aiohttp's own default: an idle keep-alive connection is closed after this long.
+KEEPALIVE_TIMEOUT = 75.0
+SERVER = f"Python/{sys.version_info[0]}.{sys.version_info[1]} aiohttp/{aiohttp.__version__}"
+
+# RFC 9112's request line with an origin-form target of RFC 3986's characters.
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP/1\.1\r\n")
+# One header field: a token, a colon, a value of visible ASCII and inner spaces.
+_HEADER = re.compile(
+    rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[!-~]+(?:[ \t]+[!-~]+)*)?)[ \t]*\r\n"
+)
+# Headers whose meaning the lean path does not take on: their requests go to aiohttp.
+_NOT_LEAN = frozenset([b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"])
+
+Serve = Callable[[str, str, str, bytes | PendingBody], Coroutine[Any, Any, Answer]]
+
+
+class _HandOff(Exception):
+    """The request at the buffer's start is not one the lean path takes."""
+
+
+class LeanRequest:
+    """A request whose head is whole; its body may still be on its way."""
+
+    __slots__ = ("head_size", "keep_alive", "length", "method", "path", "query")
+
+    def __init__(
+        self, method: str, path: str, query: str, length: int, keep_alive: bool, head_size: int
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.length = length  # of the body
+        self.keep_alive = keep_alive
+        self.head_size = head_size  # bytes of the buffer its head takes
+
+
+class LeanHttp:
+    """What every lean connection of a node shares: which requests it takes, the handler,
+    aiohttp's protocol to hand over to, the answers' header blocks, and the connections
+    (closed on shutdown, and after `KEEPALIVE_TIMEOUT` idle)."""
+
+    def __init__(
+        self,
+        routes: dict[str, set[str]],
+        serve: Serve,
+        fallback: Callable[[], asyncio.Protocol],
+        max_line: int,
+    ) -> None:
+        """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
+        answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
+        of a request line (a longer one goes to aiohttp, which refuses it)."""
+        self._prefixes = tuple(
+            f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
+        )
+        self.serve = serve
+        self.fallback = fallback
+        self.max_line = max_line
+        self.connections: set[LeanConnection] = set()
+        self.handed_off = 0
+        self._heads: dict[tuple[int, str, tuple[tuple[str, str], ...], bool], bytes] = {}
+        self._date_second = 0
+        self._date = b""
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._all_closed: asyncio.Event | None = None  # set once shut down
+
+    def __call__(self) -> LeanConnection:
+        return LeanConnection(self)
+
+    # -- parsing -------------------------------------------------------------------------
+
+    def parse(self, data: bytes) -> LeanRequest | None:
+        """The request whose head is at the start of `data`; None while its head is not
+        whole and it may still be one the lean path takes; raises _HandOff when it is not."""
+        if not data.startswith(self._prefixes):
+            if any(prefix.startswith(data) for prefix in self._prefixes):
+                return None  # a prefix of one: wait for more
+            raise _HandOff
+        line_end = data.find(b"\r\n")
+        if line_end < 0:
+            if len(data) >= self.max_line:
+                raise _HandOff
+            return None
+        line = _REQUEST_LINE.match(data, 0, line_end + 2)
+        if line is None or line.end() != line_end + 2 or line_end >= self.max_line:
+            raise _HandOff
+        head_end = data.find(b"\r\n\r\n", line_end)
+        if head_end < 0:
+            if len(data) - line_end > MAX_HEADER_BYTES:
+                raise _HandOff
+            return None
+        if head_end - line_end > MAX_HEADER_BYTES:
+            raise _HandOff
+        length: int | None = None
+        keep_alive = True
+        position = line_end + 2
+        fields = 0
+        while position < head_end + 2:
+            field = _HEADER.match(data, position, head_end + 2)
+            fields += 1
+            if field is None or fields > MAX_HEADERS:
+                raise _HandOff
+            position = field.end()
+            name = field.group(1).lower()
+            if name == b"content-length":
+                value = field.group(2)
+                if length is not None or not value.isdigit() or len(value) > 9:
+                    raise _HandOff
+                length = int(value)
+            elif name == b"connection":
+                token = field.group(2).lower()
+                if token == b"close":
+                    keep_alive = False
+                elif token != b"keep-alive":
+                    raise _HandOff
+            elif name in _NOT_LEAN:
+                raise _HandOff
+        method = line.group(1).decode()
+        if method == "PUT":
+            if length is None or length > MAX_BODY:
+                raise _HandOff  # chunked, or large: admitted before it is read
+        elif length:
+            raise _HandOff  # a GET or DELETE with a body
+        # The prefix ended with the path's "?": this is the path of one of the routes.
+        path, _, query = line.group(2).decode().partition("?")
+        return LeanRequest(method, path, query, length or 0, keep_alive, head_end + 4)
+
+    # -- answers -------------------------------------------------------------------------
+
+    def write(self, transport: asyncio.Transport, reply: Reply, keep_alive: bool) -> None:
+        """Sends the answer as aiohttp would (its status line and headers), in one call."""
+        key = (reply.status, reply.content_type, reply.headers, keep_alive)
+        head = self._heads.get(key)
+        if head is None:
+            head = self._head(*key)
+            if len(self._heads) < 256:  # the kinds of answer; Retry-After values vary
+                self._heads[key] = head
+        now = int(time.time())
+        if now != self._date_second:
+            self._date_second = now
+            self._date = formatdate(now, usegmt=True).encode()
+        body = reply.body
+        if len(body) < _JOIN_BELOW:
+            transport.write(
+                b"%sContent-Length: %d\r\nDate: %s\r\n\r\n%s" % (head, len(body), self._date, body)
+            )
+        else:
+            tail = b"Content-Length: %d\r\nDate: %s\r\n\r\n" % (len(body), self._date)
+            transport.writelines((head, tail, body))
+
+    @staticmethod
+    def _head(
+        status: int, content_type: str, headers: tuple[tuple[str, str], ...], keep_alive: bool
+    ) -> bytes:
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Type: {content_type}"]
+        lines += [f"{name}: {value}" for name, value in headers]
+        lines.append(f"Server: {SERVER}")
+        if not keep_alive:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n").encode()
+
+    # -- the connections -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().call_later(KEEPALIVE_TIMEOUT / 5, self._sweep)
+
+    def _sweep(self) -> None:
+        """Closes the connections that received no byte for KEEPALIVE_TIMEOUT while
+        idle or sending a body (one under way is answered first)."""
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time() - KEEPALIVE_TIMEOUT
+        for connection in list(self.connections):
+            if connection.last_active < idle_since and connection.waits_for_client:
+                connection.close()
+        self._sweeper = loop.call_later(KEEPALIVE_TIMEOUT / 5, self._sweep)
+
+    async def shutdown(self, grace: float) -> None:
+        """Closes the idle connections at once, the others after their answer, and
+        aborts what is left after `grace` seconds."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._all_closed = asyncio.Event()
+        for connection in list(self.connections):
+            connection.close_when_done()
+        if self.connections:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._all_closed.wait()
+        for connection in list(self.connections):
+            connection.abort()
+
+    def forget(self, connection: LeanConnection) -> None:
+        """`connection` was closed, or handed to aiohttp."""
+        self.connections.discard(connection)
+        if not self.connections and self._all_closed is not None:
+            self._all_closed.set()
+
+
+class LeanConnection(asyncio.Protocol):
+    def __init__(self, lean: LeanHttp) -> None:
+        self._lean = lean
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self.busy = False  # a request is being answered
+        self._body: PendingBody | None = None  # the body of that request, on its way
+        self._write_paused = False
+        self._read_paused = False
+        self._closing = False  # close once the request under way is answered
+        self._eof = False  # the client sends no more: close once its requests are answered
+        self.last_active = self._loop.time()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        tcp_keepalive(self._transport)  # as aiohttp does
+        self._lean.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lean.forget(self)
+        self._transport = None
+        self._buffer = b""
+        if self._body is not None:
+            self._body.value.cancel()  # its handler stops, and lets go of what it held
+            self._body = None
+
+    @property
+    def waits_for_client(self) -> bool:
+        """Idle, or waiting for the rest of a body."""
+        return not self.busy or self._body is not None
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer = self._buffer + data if self._buffer else data
+        self.last_active = self._loop.time()
+        self._next()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._next()
+        return True  # open for the answers still to write
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._next()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close_when_done(self) -> None:
+        self._closing = True
+        if not self.busy:
+            self.close()
+
+    def _next(self) -> None:
+        """Answers the request at the buffer's start, if it is whole and nothing is
+        under way; hands the connection to aiohttp at the first one the lean path does
+        not take."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._body is not None:
+            self._take_body(self._body)
+            if self._body is not None and self._eof:  # it will never come whole
+                self._body.value.cancel()
+                self._body = None
+        if self.busy or self._write_paused:
+            self._flow(transport)
+            return
+        try:
+            request = self._lean.parse(self._buffer) if self._buffer else None
+        except _HandOff:
+            self._hand_off(transport)
+            return
+        if request is None:
+            if self._eof:
+                self.close()  # what it sent is answered; an unfinished request is dropped
+            self._flow(transport)
+            return
+        size = request.head_size + request.length
+        body: bytes | PendingBody
+        if len(self._buffer) >= size:
+            body = self._buffer[request.head_size : size]
+            self._buffer = self._buffer[size:]
+        else:  # its handler admits it by its length, then waits for it
+            body = self._body = PendingBody(request.length, self._loop.create_future())
+            self._buffer = self._buffer[request.head_size :]
+        self._flow(transport)
+        self.busy = True
+        answer = self._loop.create_task(
+            self._lean.serve(request.method, request.path, request.query, body)
+        )
+        answer.add_done_callback(functools.partial(self._answered, request.keep_alive))
+
+    def _take_body(self, body: PendingBody) -> None:
+        if len(self._buffer) >= body.length:
+            self._body = None
+            if not body.value.done():
+                body.value.set_result(self._buffer[: body.length])
+            self._buffer = self._buffer[body.length :]
+
+    def _flow(self, transport: asyncio.Transport | None) -> None:
+        """Reading pauses while more than READ_LIMIT bytes wait."""
+        if transport is None:
+            return
+        waiting = len(self._buffer)
+        if not self._read_paused and waiting > READ_LIMIT:
+            self._read_paused = True
+            transport.pause_reading()
+        elif self._read_paused and waiting <= READ_LIMIT:
+            self._read_paused = False
+            transport.resume_reading()
+
+    def _answered(self, keep_alive: bool, answer: asyncio.Task[Answer]) -> None:
+        self.busy = False
+        self.last_active = self._loop.time()
+        transport = self._transport
+        if transport is None:
+            return  # the client went away; the request was carried out all the same
+        if answer.cancelled():  # its body never came: the client stopped sending
+            transport.close()
+            return
+        reply = None if answer.exception() else answer.result()
+        if not isinstance(reply, Reply):
+            # `serve` turns every error into an answer, and whole-body handlers reply:
+            # this is a bug, and the connection cannot go on.
+            log.error("no answer to a lean request: %r", reply or answer)
+            transport.abort()
+            return
+        if self._body is not None:
+            # Answered before its body came whole (refused): the rest is not read.
+            self._body.value.cancel()
+            self._body = None
+            keep_alive = False
+        keep_alive = keep_alive and not self._closing
+        self._lean.write(transport, reply, keep_alive)
+        if not keep_alive:
+            transport.close()
+            return
+        self._next()
+
+    def _hand_off(self, transport: asyncio.Transport) -> None:
+        """aiohttp's protocol takes the connection, and the bytes not yet answered."""
+        self._lean.forget(self)
+        self._lean.handed_off += 1
+        protocol = self._lean.fallback()
+        if self._read_paused:
+            transport.resume_reading()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        data, self._buffer, self._transport = self._buffer, b"", None
+        protocol.data_received(data)
