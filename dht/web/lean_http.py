@@ -49,7 +49,8 @@ MAX_HEADERS = 32
 # A body at least this large is written in a call of its own rather than copied once more.
 _JOIN_BELOW = 16 * 1024
 READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
-# aiohttp's own default: an idle keep-alive connection is closed after this long.
+# An idle keep-alive connection is closed after this long (nginx's and Node's default;
+# aiohttp's handler, which takes the connections handed to it, keeps them 3630 s).
 KEEPALIVE_TIMEOUT = 75.0
 SERVER = f"Python/{sys.version_info[0]}.{sys.version_info[1]} aiohttp/{aiohttp.__version__}"
 
@@ -60,7 +61,30 @@ _HEADER = re.compile(
     rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[!-~]+(?:[ \t]+[!-~]+)*)?)[ \t]*\r\n"
 )
 # Headers whose meaning the lean path does not take on: their requests go to aiohttp.
-_NOT_LEAN = frozenset([b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"])
+_NOT_LEAN = frozenset(
+    [
+        b"transfer-encoding",
+        b"expect",
+        b"upgrade",
+        b"content-encoding",
+        b"proxy-connection",  # llhttp reads it as Connection
+        b"sec-websocket-key1",  # aiohttp refuses it
+    ]
+)
+# Headers aiohttp refuses twice in one request (its parser's SINGLETON_HEADERS).
+_SINGLETONS = frozenset(
+    [
+        b"content-length",
+        b"content-location",
+        b"content-range",
+        b"content-type",
+        b"etag",
+        b"host",
+        b"max-forwards",
+        b"server",
+        b"user-agent",
+    ]
+)
 
 Serve = Callable[[str, str, str, bytes | PendingBody], Coroutine[Any, Any, Answer]]
 
@@ -99,7 +123,7 @@ class LeanHttp:
     ) -> None:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
         answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
-        of a request line (a longer one goes to aiohttp, which refuses it)."""
+        of a request target (a request line as long goes to aiohttp)."""
         self._prefixes = tuple(
             f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
         )
@@ -128,7 +152,8 @@ class LeanHttp:
             raise _HandOff
         line_end = data.find(b"\r\n")
         if line_end < 0:
-            if len(data) >= self.max_line:
+            # A bare LF ends lines for no one here: llhttp answers it 400 at once.
+            if len(data) > self.max_line or b"\n" in data:
                 raise _HandOff
             return None
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
@@ -136,8 +161,10 @@ class LeanHttp:
             raise _HandOff
         head_end = data.find(b"\r\n\r\n", line_end)
         if head_end < 0:
-            if len(data) - line_end > MAX_HEADER_BYTES:
-                raise _HandOff
+            if len(data) - 3 - line_end > MAX_HEADER_BYTES or data.count(
+                b"\n", line_end + 2
+            ) != data.count(b"\r\n", line_end + 2):
+                raise _HandOff  # too long, or a bare LF
             return None
         if head_end - line_end > MAX_HEADER_BYTES:
             raise _HandOff
@@ -145,6 +172,7 @@ class LeanHttp:
         keep_alive = True
         position = line_end + 2
         fields = 0
+        singletons: list[bytes] = []
         while position < head_end + 2:
             field = _HEADER.match(data, position, head_end + 2)
             fields += 1
@@ -152,6 +180,10 @@ class LeanHttp:
                 raise _HandOff
             position = field.end()
             name = field.group(1).lower()
+            if name in _SINGLETONS:
+                if name in singletons:
+                    raise _HandOff  # llhttp refuses it
+                singletons.append(name)
             if name == b"content-length":
                 value = field.group(2)
                 if length is not None or not value.isdigit() or len(value) > 9:
@@ -165,6 +197,8 @@ class LeanHttp:
                     raise _HandOff
             elif name in _NOT_LEAN:
                 raise _HandOff
+        if b"host" not in singletons:
+            raise _HandOff  # aiohttp refuses an HTTP/1.1 request without one
         method = line.group(1).decode()
         if method == "PUT":
             if length is None or length > MAX_BODY:
