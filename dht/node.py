@@ -325,7 +325,6 @@ class Node:
                 self.budget,
                 self.tls,
                 self.lean,
-                SHUTDOWN_GRACE,
             )
             if self.fence.fenced is None:
                 # Never a stale answer once removed, nor a refused write with a clock off.
@@ -347,7 +346,11 @@ class Node:
             await stop.wait()
             log.info("stopping: no new connections, finishing in-flight requests")
         finally:
+            # aiohttp's connections and the lean ones close within one grace.
+            deadline = loop.time() + SHUTDOWN_GRACE
             await runner.cleanup()
+            if self.lean is not None:
+                await self.lean.closed(deadline)
             await self.hint_delivery.close()
             await self.handoff.close()
             await self.fence.close()

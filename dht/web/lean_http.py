@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import aiohttp
 from aiohttp.tcp_helpers import tcp_keepalive
+from aiohttp.web_protocol import RequestHandler
 
 from dht.web.server import Answer, PendingBody, Reply
 
@@ -118,7 +119,7 @@ class LeanHttp:
         self,
         routes: dict[str, set[str]],
         serve: Serve,
-        fallback: Callable[[], asyncio.Protocol],
+        fallback: Callable[[], RequestHandler],
         max_line: int,
     ) -> None:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
@@ -258,18 +259,26 @@ class LeanHttp:
                 connection.close()
         self._sweeper = loop.call_later(KEEPALIVE_TIMEOUT / 5, self._sweep)
 
-    async def shutdown(self, grace: float) -> None:
-        """Closes the idle connections at once, the others after their answer, and
-        aborts what is left after `grace` seconds."""
+    def begin_shutdown(self) -> None:
+        """Closes the idle connections at once, and the others after their answer."""
         if self._sweeper is not None:
             self._sweeper.cancel()
         self._all_closed = asyncio.Event()
         for connection in list(self.connections):
             connection.close_when_done()
-        if self.connections:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._all_closed.wait()
+        if not self.connections:
+            self._all_closed.set()
+
+    async def closed(self, deadline: float) -> None:
+        """Waits until every connection is closed (shutting down first, if that has not
+        begun), and aborts those still open at `deadline` (the loop's time). The node gives
+        it the deadline aiohttp's connections had, so both wait at once."""
+        if self._all_closed is None:
+            self.begin_shutdown()
+        assert self._all_closed is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self._all_closed.wait()
         for connection in list(self.connections):
             connection.abort()
 
@@ -288,6 +297,7 @@ class LeanConnection(asyncio.Protocol):
         self._buffer = b""
         self.busy = False  # a request is being answered
         self._body: PendingBody | None = None  # the body of that request, on its way
+        self._skip = 0  # bytes still to come of a body answered before it came whole
         self._write_paused = False
         self._read_paused = False
         self._closing = False  # close once the request under way is answered
@@ -310,7 +320,7 @@ class LeanConnection(asyncio.Protocol):
     @property
     def waits_for_client(self) -> bool:
         """Idle, or waiting for the rest of a body."""
-        return not self.busy or self._body is not None
+        return not self.busy or self._body is not None  # (skipping a body is not busy)
 
     def data_received(self, data: bytes) -> None:
         self._buffer = self._buffer + data if self._buffer else data
@@ -349,6 +359,14 @@ class LeanConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
+        if self._skip:
+            skipped = min(self._skip, len(self._buffer))
+            self._skip -= skipped
+            self._buffer = self._buffer[skipped:]
+            if self._skip:
+                if self._eof:
+                    self.close()
+                return
         if self._body is not None:
             self._take_body(self._body)
             if self._body is not None and self._eof:  # it will never come whole
@@ -418,10 +436,13 @@ class LeanConnection(asyncio.Protocol):
             transport.abort()
             return
         if self._body is not None:
-            # Answered before its body came whole (refused): the rest is not read.
+            # Answered before its body came whole (refused): the rest is read and
+            # dropped as it comes, so the client, still sending, gets its answer
+            # rather than a reset (RFC 9112 9.6); its length is known, so the
+            # connection goes on after it.
+            self._skip = self._body.length
             self._body.value.cancel()
             self._body = None
-            keep_alive = False
         keep_alive = keep_alive and not self._closing
         self._lean.write(transport, reply, keep_alive)
         if not keep_alive:
@@ -440,3 +461,5 @@ class LeanConnection(asyncio.Protocol):
         protocol.connection_made(transport)
         data, self._buffer, self._transport = self._buffer, b"", None
         protocol.data_received(data)
+        if self._eof:  # the client sends no more: aiohttp closes once it has answered
+            protocol.close()

@@ -35,7 +35,6 @@ class SharedPortSite(web.BaseSite):
         budget: Budget,
         tls: TlsContexts | None = None,
         lean: LeanHttp | None = None,
-        shutdown_grace: float = 3.0,
         backlog: int = 1024,
     ) -> None:
         """`tls`: when nodes talk TLS, the contexts a TLS connection is taken with.
@@ -43,7 +42,6 @@ class SharedPortSite(web.BaseSite):
         request it does not take); without it, aiohttp takes them."""
         super().__init__(runner, backlog=backlog)
         self._lean = lean
-        self._shutdown_grace = shutdown_grace
         self._tls = tls
         self._host = host
         self._port = port
@@ -85,10 +83,10 @@ class SharedPortSite(web.BaseSite):
         )
 
     async def stop(self) -> None:
-        """Stops accepting, closes every replica channel, and the lean connections once
-        their answers are written (aiohttp closes its own)."""
+        """Stops accepting, closes every replica channel, and begins closing the lean
+        connections, each once its answer is written (aiohttp closes its own)."""
         await super().stop()
         if self._lean is not None:
-            await self._lean.shutdown(self._shutdown_grace)
+            self._lean.begin_shutdown()
         for connection in list(self.channels):
             connection.abort()
