@@ -61,6 +61,26 @@ _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP
 _HEADER = re.compile(
     rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[!-~]+(?:[ \t]+[!-~]+)*)?)[ \t]*\r\n"
 )
+# What may start a request line _REQUEST_LINE matches, its CRLF not come yet.
+_PARTIAL_LINE = re.compile(
+    rb"[A-Z]+ /[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*"
+    rb"(?: (?:H(?:T(?:T(?:P(?:/(?:1(?:\.(?:1\r?)?)?)?)?)?)?)?)?)?"
+)
+# What may start a header field _HEADER matches, its CRLF not come yet.
+_PARTIAL_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]*(?::[ \t!-~]*)?\r?")
+
+
+def _fields_so_far_fit(data: bytes, start: int) -> bool:
+    """Whether the header fields from `start` in an unfinished head are, as far as
+    they came, ones `parse` may take: a field llhttp refuses goes to aiohttp at once
+    rather than waiting for the head's end."""
+    while (end := data.find(b"\r\n", start)) >= 0:
+        if _HEADER.match(data, start, end + 2) is None:
+            return False
+        start = end + 2
+    return _PARTIAL_FIELD.fullmatch(data, start) is not None
+
+
 # Headers whose meaning the lean path does not take on: their requests go to aiohttp.
 _NOT_LEAN = frozenset(
     [
@@ -154,7 +174,7 @@ class LeanHttp:
         line_end = data.find(b"\r\n")
         if line_end < 0:
             # A bare LF ends lines for no one here: llhttp answers it 400 at once.
-            if len(data) > self.max_line or b"\n" in data:
+            if len(data) > self.max_line or _PARTIAL_LINE.fullmatch(data) is None:
                 raise _HandOff
             return None
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
@@ -162,10 +182,10 @@ class LeanHttp:
             raise _HandOff
         head_end = data.find(b"\r\n\r\n", line_end)
         if head_end < 0:
-            if len(data) - 3 - line_end > MAX_HEADER_BYTES or data.count(
-                b"\n", line_end + 2
-            ) != data.count(b"\r\n", line_end + 2):
-                raise _HandOff  # too long, or a bare LF
+            if len(data) - 3 - line_end > MAX_HEADER_BYTES or not _fields_so_far_fit(
+                data, line_end + 2
+            ):
+                raise _HandOff  # too long, or a field llhttp refuses (found by review)
             return None
         if head_end - line_end > MAX_HEADER_BYTES:
             raise _HandOff
@@ -330,7 +350,10 @@ class LeanConnection(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._next()
-        return True  # open for the answers still to write
+        # Open for the answers still to write; TLS closes at the peer's close_notify
+        # anyway, and warns of a True.
+        transport = self._transport
+        return transport is not None and transport.get_extra_info("sslcontext") is None
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -367,11 +390,18 @@ class LeanConnection(asyncio.Protocol):
                 if self._eof:
                     self.close()
                 return
+            if self._closing:  # answered with Connection: close once the body was read
+                self.close()
+                return
         if self._body is not None:
             self._take_body(self._body)
             if self._body is not None and self._eof:  # it will never come whole
+                # Its bytes are not a request (found by review: a refused PUT's body,
+                # cut short, was parsed as the next request and its DELETE run).
                 self._body.value.cancel()
                 self._body = None
+                self._buffer = b""
+                self._closing = True
         if self.busy or self._write_paused:
             self._flow(transport)
             return
@@ -408,10 +438,13 @@ class LeanConnection(asyncio.Protocol):
             self._buffer = self._buffer[body.length :]
 
     def _flow(self, transport: asyncio.Transport | None) -> None:
-        """Reading pauses while more than READ_LIMIT bytes wait."""
+        """Reading pauses while more than READ_LIMIT bytes wait behind a request under
+        way or a full send buffer. Otherwise it goes on: a head is bounded by `parse`'s
+        limits, which hand it to aiohttp past them (found by review: a long request
+        line paused reading before its end came, and waited for ever)."""
         if transport is None:
             return
-        waiting = len(self._buffer)
+        waiting = len(self._buffer) if self.busy or self._write_paused else 0
         if not self._read_paused and waiting > READ_LIMIT:
             self._read_paused = True
             transport.pause_reading()
@@ -446,8 +479,10 @@ class LeanConnection(asyncio.Protocol):
         keep_alive = keep_alive and not self._closing
         self._lean.write(transport, reply, keep_alive)
         if not keep_alive:
-            transport.close()
-            return
+            if not self._skip:
+                transport.close()
+                return
+            self._closing = True  # once the rest of the body is read (`_next`)
         self._next()
 
     def _hand_off(self, transport: asyncio.Transport) -> None:
@@ -462,4 +497,7 @@ class LeanConnection(asyncio.Protocol):
         data, self._buffer, self._transport = self._buffer, b"", None
         protocol.data_received(data)
         if self._eof:  # the client sends no more: aiohttp closes once it has answered
-            protocol.close()
+            if b"\r\n\r\n" in data:
+                protocol.close()
+            else:  # no whole head to answer, as aiohttp alone would close at EOF
+                transport.close()
