@@ -164,6 +164,24 @@ class FenceWatch:
             return 0
         peers = list(self._peers.by_url.items())
         asks = [asyncio.ensure_future(self._ask(peer)) for _, peer in peers]
+        try:
+            return await self._judge(peers, asks, within)
+        finally:
+            # Whether this look ended, returned early or was cancelled (the node
+            # stopping): no ask outlives it, and none fails unseen (found by review:
+            # "Task exception was never retrieved" at a stop).
+            for ask in asks:
+                if not ask.done():
+                    ask.cancel()
+                elif not ask.cancelled():
+                    ask.exception()
+
+    async def _judge(
+        self,
+        peers: list[tuple[str, Peer]],
+        asks: list[asyncio.Task[tuple[Any, Offset | None]]],
+        within: float | None,
+    ) -> int:
         if asks:
             await asyncio.wait(asks, timeout=within)
         offsets: dict[str, Offset | None] = {}
@@ -171,7 +189,6 @@ class FenceWatch:
         for (url, _), ask in zip(peers, asks, strict=True):
             offsets[url] = None
             if not ask.done():
-                ask.cancel()
                 unanswered += 1
                 continue
             try:

@@ -4,6 +4,7 @@ the server, and lifts the fence as soon as a look finds its clock back within th
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,32 @@ async def test_a_node_whose_peers_are_off_the_other_way_is_not_the_one_fenced(
     await fence.check()
     assert fence.clock_fenced is None and told == []
     assert fence.status()["offsets"][URLS[2]]["estimate"] == pytest.approx(120.0, abs=0.01)
+
+
+async def test_a_look_cancelled_mid_way_leaves_no_ask_behind_to_fail_unseen(
+    tmp_path: Path,
+) -> None:
+    """Found by review: a node stopping while a look waited on a slow peer left that
+    peer's ask running, and its failure was logged as "Task exception was never
+    retrieved"."""
+    asked = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    class SlowPeer(PeerFromMemory):
+        async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
+            asked.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            raise PeerError("never reached")
+
+    own = Wall()
+    fence, _ = watch(tmp_path, own, [SlowPeer(url, own) for url in URLS[1:]])
+    look = asyncio.ensure_future(fence.check())
+    await asyncio.wait_for(asked.wait(), 1)
+    look.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await look
+    await asyncio.wait_for(cancelled.wait(), 1)  # the asks were cancelled with it
