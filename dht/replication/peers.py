@@ -12,7 +12,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 from yarl import URL
@@ -25,15 +25,17 @@ from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
 from dht.replication.messages import (
     PROTOCOL_VERSION,
     Answer,
-    Failed,
     GetRecord,
     Hello,
     PutRecord,
-    RecordAbsent,
-    RecordFound,
     Request,
-    Stored,
-    Why,
+)
+from dht.replication.peer_call import (
+    PendingCall,
+    VersionRefused,
+    record_of,
+    stored_of,
+    transfer_time,
 )
 from dht.replication.protocol import MESSAGE_OVERHEAD, Budget
 from dht.replication.range_stream import RecordStream
@@ -55,12 +57,6 @@ __all__ = [
 
 class PeerUnavailable(PeerError):
     """The peer's circuit is open: nothing was sent."""
-
-
-class VersionRefused(PeerError):
-    """The peer declined a record whose version is too far ahead of its clock (rule 8.4):
-    a verdict on that record, not on the peer, so a caller with other records to send
-    goes on with them."""
 
 
 # (outcome, seconds to the answer or None): one call to a peer ended, for the metrics.
@@ -116,7 +112,7 @@ class Peer:
         self._was_open = False
         # Calls in the order they were sent, so in the order their deadlines come: one
         # timer, for the first of them, serves every call to this peer.
-        self._deadlines: deque[_PendingCall[Any]] = deque()
+        self._deadlines: deque[PendingCall[Any]] = deque()
         self._sweep_timer: asyncio.TimerHandle | None = None
 
     def set_identity(self, ring_identity: str) -> None:
@@ -137,15 +133,15 @@ class Peer:
 
     def get(self, key: bytes) -> asyncio.Future[Record | None]:
         """The peer's record for `key` (None: it holds none). A large record gets time to
-        travel on top of the deadline, by the bytes of it received (`_PendingCall`)."""
-        return self._call(lambda call_id: GetRecord(call_id, key), _record_of)
+        travel on top of the deadline, by the bytes of it received (`PendingCall`)."""
+        return self._call(lambda call_id: GetRecord(call_id, key), record_of)
 
     def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
         """Whether the peer stored it (False: it held a newer record already). A large
         value gets time to travel on top of the deadline (`transfer_time`)."""
         return self._call(
             lambda call_id: PutRecord(call_id, key, record),
-            _stored_of,
+            stored_of,
             transfer_time(len(key) + len(record.value)),
         )
 
@@ -166,7 +162,7 @@ class Peer:
             self.observe_call("circuit_open", None)
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
-        call = _PendingCall(self, result, result_of, is_probe, loop.time(), request_for, extra_time)
+        call = PendingCall(self, result, result_of, is_probe, loop.time(), request_for, extra_time)
         if extra_time:  # a deadline of its own: the sweep relies on the plain ones' order
             call.time_itself(loop)
             return result
@@ -176,7 +172,7 @@ class Peer:
         return result
 
     def _sweep(self) -> None:
-        """Ends the wait of every call whose plain deadline has come (`_PendingCall.expire`
+        """Ends the wait of every call whose plain deadline has come (`PendingCall.expire`
         fails it, or moves a large answer under way to a timer of its own), then waits
         for the next deadline."""
         loop = asyncio.get_running_loop()
@@ -246,7 +242,7 @@ class Peer:
 
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
         """Runs one HTTP request (the range) under the breaker and the deadline, and
-        records its outcome as `_PendingCall` does for channel calls."""
+        records its outcome as `PendingCall` does for channel calls."""
         is_probe = self.breaker.state is not State.CLOSED
         if not self.breaker.allow():
             self.observe_call("circuit_open", None)
@@ -261,23 +257,23 @@ class Peer:
                 self.breaker.release_probe()
             raise
         except TimeoutError as exc:
-            self._failed("timeout", None)
+            self.failed("timeout", None)
             raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            self._failed("error", None)
+            self.failed("error", None)
             raise PeerError(f"{self.url}: {exc!r}") from exc
         except PeerError:
-            self._failed("error", time.perf_counter() - started)
+            self.failed("error", time.perf_counter() - started)
             raise
-        self._succeeded(time.perf_counter() - started)
+        self.succeeded(time.perf_counter() - started)
         return result
 
-    def _succeeded(self, seconds: float) -> None:
+    def succeeded(self, seconds: float) -> None:
         self.observe_call("ok", seconds)
         self.breaker.record_success()
         self._log_transition()
 
-    def _failed(self, outcome: str, seconds: float | None) -> None:
+    def failed(self, outcome: str, seconds: float | None) -> None:
         self.observe_call(outcome, seconds)
         self.breaker.record_failure()
         self._log_transition()
@@ -297,160 +293,6 @@ class Peer:
                 log.warning("circuit to %s opened", self.url)
             else:
                 log.info("circuit to %s closed", self.url)
-
-
-# A call carrying more than a fragment, or answered with more (counted as it arrives),
-# gets its size at this rate on top of --timeout, so a large but healthy transfer is not
-# cut off as a time-out. It is low because a replica writes large values one at a time
-# (LevelDB takes ~200 MB/s here): 16 concurrent 16 MiB writes queue for over a second
-# before the last one lands.
-SLOWEST_TRANSFER = 8 * 1024 * 1024  # bytes per second
-_PLAIN_CALL_BYTES = 64 * 1024
-
-
-def transfer_time(size: int) -> float:
-    """Seconds added to the deadline of a call carrying `size` bytes, or answered with
-    `size` bytes so far."""
-    return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
-
-
-class _PendingCall(Generic[T]):
-    """One channel call in flight: settles its future once, from the first of the answer,
-    the channel's failure, the deadline or the caller's cancellation, and records the
-    outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
-    bad answer is a failure; a cancellation (no one needs the answer) is neither.
-
-    Its deadline is `--timeout` after it was sent, plus the `transfer_time` of a large
-    request, plus the `transfer_time` of the bytes of a large answer received by then
-    (a read's answer may be a 16 MiB record, whose size nothing announces). Those bytes
-    are counted only when the deadline comes, never per fragment: a small call costs
-    what it always did, and a large answer moves to a timer of its own each time its
-    bytes have earned it more time. So an answer begun within `--timeout` that keeps
-    coming at the rate `transfer_time` assumes is never cut off, whatever its size; one
-    that slows below it or stops fails once the deadline overtakes its bytes."""
-
-    __slots__ = (
-        "_allowed",
-        "_call_id",
-        "_extra",
-        "_is_probe",
-        "_peer",
-        "_request_for",
-        "_result",
-        "_result_of",
-        "_started",
-        "_timer",
-        "sent",
-    )
-
-    def __init__(
-        self,
-        peer: Peer,
-        result: asyncio.Future[T],
-        result_of: Callable[[Answer], T],
-        is_probe: bool,
-        sent: float,
-        request_for: Callable[[int], Request],
-        extra_time: float,
-    ) -> None:
-        self._peer = peer
-        self._result = result
-        self._result_of = result_of
-        self._is_probe = is_probe
-        self.sent = sent  # loop time; the peer's deadline sweep reads it
-        self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
-        self._extra = extra_time  # a large request's transfer time
-        self._allowed = peer.timeout + extra_time  # seconds after `sent` it waits, so far
-        self._timer: asyncio.TimerHandle | None = None  # its own deadline, if it has one
-        self._call_id: int | None = None  # known once the request is made
-        self._request_for: Callable[[int], Request] | None = request_for
-        result.add_done_callback(self._settled)
-        peer.channel.call(self._request, self._answered)
-
-    @property
-    def settled(self) -> bool:
-        return self._result.done()
-
-    def _request(self, call_id: int) -> Request:
-        """Makes the request when the channel sends it (at once, or once it is dialled),
-        and learns the call's id; the request (a PUT's value) is not kept."""
-        self._call_id = call_id
-        request_for, self._request_for = self._request_for, None
-        assert request_for is not None, "the channel makes each request once"
-        return request_for(call_id)
-
-    def time_itself(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Puts the call's deadline on a timer of its own, rather than the peer's sweep."""
-        self._timer = loop.call_at(self.sent + self._allowed, self.expire)
-
-    def _answered(self, answer: Answer | PeerError) -> None:
-        if self._result.done():
-            return  # past its deadline, or cancelled: the answer is not wanted
-        if isinstance(answer, PeerError):  # the connection failed: no answer came
-            self._fail(answer, "error", None)
-            return
-        seconds = time.perf_counter() - self._started
-        try:
-            value = self._result_of(answer)
-        except PeerError as error:
-            self._fail(error, "error", seconds)
-            return
-        self._peer._succeeded(seconds)
-        self._result.set_result(value)
-
-    def expire(self) -> None:
-        """Its deadline came: it fails, unless bytes of its answer came meanwhile that
-        earn it more time."""
-        if self._result.done():
-            return
-        peer = self._peer
-        allowed = peer.timeout + self._extra + transfer_time(peer.channel.received(self._call_id))
-        if allowed > self._allowed:
-            self._allowed = allowed
-            self.time_itself(asyncio.get_running_loop())
-            return
-        peer.channel.forget(self._call_id)
-        peer.channel.deadline_missed(self.sent)
-        error = PeerError(f"{peer.url}: no answer within {self._allowed:.3g}s")
-        self._fail(error, "timeout", None)
-
-    def _fail(self, error: PeerError, outcome: str, seconds: float | None) -> None:
-        if not self._result.done():
-            self._peer._failed(outcome, seconds)
-            self._result.set_exception(error)
-
-    def _settled(self, result: asyncio.Future[T]) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if result.cancelled():
-            self._peer.observe_call("cancelled", None)
-            self._peer.channel.forget(self._call_id)
-            if self._is_probe:
-                self._peer.breaker.release_probe()
-
-
-def _record_of(answer: Answer) -> Record | None:
-    if isinstance(answer, RecordFound):
-        return answer.record
-    if isinstance(answer, RecordAbsent):
-        return None
-    raise _unexpected(answer)
-
-
-def _stored_of(answer: Answer) -> bool:
-    if isinstance(answer, Stored):
-        return answer.stored
-    raise _unexpected(answer)
-
-
-def _unexpected(answer: Answer) -> PeerError:
-    if isinstance(answer, Failed):
-        if answer.why is Why.NO_SPACE:
-            return ReplicaFull(f"declined for lack of space: {answer.reason}")
-        if answer.why is Why.VERSION_AHEAD:
-            return VersionRefused(f"declined: {answer.reason}")
-        return PeerError(f"declined: {answer.reason}")
-    return PeerError(f"answered {type(answer).__name__}")
 
 
 class Peers:

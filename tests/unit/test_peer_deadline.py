@@ -15,7 +15,8 @@ from dht.config import NodeConfig
 from dht.model.record import Record
 from dht.replication.channel import OnAnswer
 from dht.replication.messages import RecordFound, Request
-from dht.replication.peers import SLOWEST_TRANSFER, Peer, PeerError, transfer_time
+from dht.replication.peer_call import SLOWEST_TRANSFER, transfer_time
+from dht.replication.peers import Peer, PeerError
 from dht.replication.protocol import FRAGMENT_BYTES
 
 TIMEOUT = 0.2

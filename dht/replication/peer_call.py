@@ -1,0 +1,200 @@
+"""One call to a peer on its replica channel, from its request to its outcome: the
+deadline (`--timeout`, plus the transfer time of a large request or answer), the
+answer's reading into a result, and what the peer's breaker and metrics are told."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from dht.model.record import Record
+from dht.replication.breaker import Breaker
+from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
+from dht.replication.messages import (
+    Answer,
+    Failed,
+    RecordAbsent,
+    RecordFound,
+    Request,
+    Stored,
+    Why,
+)
+
+T = TypeVar("T")
+
+
+class VersionRefused(PeerError):
+    """The peer declined a record whose version is too far ahead of its clock (rule 8.4):
+    a verdict on that record, not on the peer, so a caller with other records to send
+    goes on with them."""
+
+
+class CallOwner(Protocol):
+    """The peer a call goes to (`dht.replication.peers.Peer`)."""
+
+    url: str
+    timeout: float
+    channel: ReplicaChannel
+    breaker: Breaker
+
+    def observe_call(self, outcome: str, seconds: float | None) -> None: ...
+
+    def succeeded(self, seconds: float) -> None: ...
+
+    def failed(self, outcome: str, seconds: float | None) -> None: ...
+
+
+# A call carrying more than a fragment, or answered with more (counted as it arrives),
+# gets its size at this rate on top of --timeout, so a large but healthy transfer is not
+# cut off as a time-out. It is low because a replica writes large values one at a time
+# (LevelDB takes ~200 MB/s here): 16 concurrent 16 MiB writes queue for over a second
+# before the last one lands.
+SLOWEST_TRANSFER = 8 * 1024 * 1024  # bytes per second
+_PLAIN_CALL_BYTES = 64 * 1024
+
+
+def transfer_time(size: int) -> float:
+    """Seconds added to the deadline of a call carrying `size` bytes, or answered with
+    `size` bytes so far."""
+    return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
+
+
+class PendingCall(Generic[T]):
+    """One channel call in flight: settles its future once, from the first of the answer,
+    the channel's failure, the deadline or the caller's cancellation, and records the
+    outcome in the breaker. A time-out, a refused or reset connection, a refusal or a
+    bad answer is a failure; a cancellation (no one needs the answer) is neither.
+
+    Its deadline is `--timeout` after it was sent, plus the `transfer_time` of a large
+    request, plus the `transfer_time` of the bytes of a large answer received by then
+    (a read's answer may be a 16 MiB record, whose size nothing announces). Those bytes
+    are counted only when the deadline comes, never per fragment: a small call costs
+    what it always did, and a large answer moves to a timer of its own each time its
+    bytes have earned it more time. So an answer begun within `--timeout` that keeps
+    coming at the rate `transfer_time` assumes is never cut off, whatever its size; one
+    that slows below it or stops fails once the deadline overtakes its bytes."""
+
+    __slots__ = (
+        "_allowed",
+        "_call_id",
+        "_extra",
+        "_is_probe",
+        "_peer",
+        "_request_for",
+        "_result",
+        "_result_of",
+        "_started",
+        "_timer",
+        "sent",
+    )
+
+    def __init__(
+        self,
+        peer: CallOwner,
+        result: asyncio.Future[T],
+        result_of: Callable[[Answer], T],
+        is_probe: bool,
+        sent: float,
+        request_for: Callable[[int], Request],
+        extra_time: float,
+    ) -> None:
+        self._peer = peer
+        self._result = result
+        self._result_of = result_of
+        self._is_probe = is_probe
+        self.sent = sent  # loop time; the peer's deadline sweep reads it
+        self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
+        self._extra = extra_time  # a large request's transfer time
+        self._allowed = peer.timeout + extra_time  # seconds after `sent` it waits, so far
+        self._timer: asyncio.TimerHandle | None = None  # its own deadline, if it has one
+        self._call_id: int | None = None  # known once the request is made
+        self._request_for: Callable[[int], Request] | None = request_for
+        result.add_done_callback(self._settled)
+        peer.channel.call(self._request, self._answered)
+
+    @property
+    def settled(self) -> bool:
+        return self._result.done()
+
+    def _request(self, call_id: int) -> Request:
+        """Makes the request when the channel sends it (at once, or once it is dialled),
+        and learns the call's id; the request (a PUT's value) is not kept."""
+        self._call_id = call_id
+        request_for, self._request_for = self._request_for, None
+        assert request_for is not None, "the channel makes each request once"
+        return request_for(call_id)
+
+    def time_itself(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Puts the call's deadline on a timer of its own, rather than the peer's sweep."""
+        self._timer = loop.call_at(self.sent + self._allowed, self.expire)
+
+    def _answered(self, answer: Answer | PeerError) -> None:
+        if self._result.done():
+            return  # past its deadline, or cancelled: the answer is not wanted
+        if isinstance(answer, PeerError):  # the connection failed: no answer came
+            self._fail(answer, "error", None)
+            return
+        seconds = time.perf_counter() - self._started
+        try:
+            value = self._result_of(answer)
+        except PeerError as error:
+            self._fail(error, "error", seconds)
+            return
+        self._peer.succeeded(seconds)
+        self._result.set_result(value)
+
+    def expire(self) -> None:
+        """Its deadline came: it fails, unless bytes of its answer came meanwhile that
+        earn it more time."""
+        if self._result.done():
+            return
+        peer = self._peer
+        allowed = peer.timeout + self._extra + transfer_time(peer.channel.received(self._call_id))
+        if allowed > self._allowed:
+            self._allowed = allowed
+            self.time_itself(asyncio.get_running_loop())
+            return
+        peer.channel.forget(self._call_id)
+        peer.channel.deadline_missed(self.sent)
+        error = PeerError(f"{peer.url}: no answer within {self._allowed:.3g}s")
+        self._fail(error, "timeout", None)
+
+    def _fail(self, error: PeerError, outcome: str, seconds: float | None) -> None:
+        if not self._result.done():
+            self._peer.failed(outcome, seconds)
+            self._result.set_exception(error)
+
+    def _settled(self, result: asyncio.Future[T]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if result.cancelled():
+            self._peer.observe_call("cancelled", None)
+            self._peer.channel.forget(self._call_id)
+            if self._is_probe:
+                self._peer.breaker.release_probe()
+
+
+def record_of(answer: Answer) -> Record | None:
+    if isinstance(answer, RecordFound):
+        return answer.record
+    if isinstance(answer, RecordAbsent):
+        return None
+    raise unexpected(answer)
+
+
+def stored_of(answer: Answer) -> bool:
+    if isinstance(answer, Stored):
+        return answer.stored
+    raise unexpected(answer)
+
+
+def unexpected(answer: Answer) -> PeerError:
+    if isinstance(answer, Failed):
+        if answer.why is Why.NO_SPACE:
+            return ReplicaFull(f"declined for lack of space: {answer.reason}")
+        if answer.why is Why.VERSION_AHEAD:
+            return VersionRefused(f"declined: {answer.reason}")
+        return PeerError(f"declined: {answer.reason}")
+    return PeerError(f"answered {type(answer).__name__}")
