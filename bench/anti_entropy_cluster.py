@@ -39,7 +39,7 @@ def node_flags(rate: float, grace: float = DEFAULT_GRACE) -> list[str]:
 
 
 def status(node: Any) -> Status:
-    from dht.conformance.launcher import request
+    from dht.conformance.http_client import request
 
     answer = request("GET", node.url + "/v0/status", timeout=5)
     if answer.status != 200:

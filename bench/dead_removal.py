@@ -30,7 +30,8 @@ from pathlib import Path
 import aiohttp
 
 from dht.config import NodeConfig
-from dht.conformance.launcher import Cluster, Node, request
+from dht.conformance.http_client import request
+from dht.conformance.launcher import Cluster, Node
 from dht.model.ring import Ring
 from dht.testbed.membership import change_membership
 

@@ -20,7 +20,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dht.conformance.launcher import Cluster, Node, request
+from dht.conformance.http_client import request
+from dht.conformance.launcher import Cluster, Node
 
 MiB = 1024 * 1024
 

@@ -17,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from dht.conformance.launcher import Node, free_port
+from dht.conformance.http_client import free_port
+from dht.conformance.launcher import Node
 from dht.model.clock import HybridClock
 from dht.model.record import Record
 from dht.storage.store import Storage

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dht.conformance.launcher import Cluster, free_port, request, wait_for
+from dht.conformance.http_client import free_port, request, wait_for
+from dht.conformance.launcher import Cluster
 from tests.launcher import chaos_cluster
 
 PREFILL_KEYS = 10_000

@@ -128,7 +128,7 @@ def measure(
 @contextlib.contextmanager
 def bare_server(core: int | None) -> Iterator[Server]:
     """The reference server, started under `taskset -c core` when given one."""
-    from dht.conformance.launcher import free_port, request, wait_for
+    from dht.conformance.http_client import free_port, request, wait_for
 
     port = free_port()
     command = [sys.executable, "-m", "bench.bare_server", "--port", str(port)]

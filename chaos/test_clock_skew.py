@@ -30,7 +30,8 @@ import pytest
 
 from chaos.flags import FAST_FAULTS
 from dht.config import NodeConfig
-from dht.conformance.launcher import Cluster, Node, expect, wait_for
+from dht.conformance.http_client import expect, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, attempt, final_read, key_space
 from dht.history.checker import CLOCK_SLACK, Kind, Op, Report, Window, check

@@ -21,7 +21,8 @@ from typing import ParamSpec
 import pytest
 
 from chaos.observe import breaker_towards
-from dht.conformance.launcher import Node, Response, wait_for
+from dht.conformance.http_client import Response, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
 

@@ -8,7 +8,7 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints
-from dht.conformance.launcher import wait_for
+from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
 

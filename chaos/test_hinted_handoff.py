@@ -8,7 +8,8 @@ import time
 
 from chaos.flags import FAST_FAULTS
 from chaos.observe import pending_hints, read_repairs
-from dht.conformance.launcher import Cluster, Node, wait_for
+from dht.conformance.http_client import wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.testbed.toxiproxy import Testbed
 from tests.fixtures import ChaosClusterFactory

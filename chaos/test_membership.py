@@ -28,7 +28,9 @@ from pathlib import Path
 
 from chaos.flags import FAST_FAULTS
 from dht.config import NodeConfig
-from dht.conformance.launcher import Cluster, Node, cluster_secret, expect, request, wait_for
+from dht.conformance.http_client import expect, request, wait_for
+from dht.conformance.launcher import Cluster, Node
+from dht.conformance.peer_tools import cluster_secret
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import Op, check

@@ -38,7 +38,8 @@ from chaos.test_membership import (
     start,
 )
 from dht.config import NodeConfig
-from dht.conformance.launcher import Cluster, expect, wait_for
+from dht.conformance.http_client import expect, wait_for
+from dht.conformance.launcher import Cluster
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix
 from dht.history.run_folder import FaultWindow

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from dht.conformance.launcher import wait_for
+from dht.conformance.http_client import wait_for
 from dht.testbed.netns import NetnsTestbed, netns_unavailable
 from dht.testbed.toxiproxy import free_ports
 

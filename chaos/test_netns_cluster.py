@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import request, wait_for
+from dht.conformance.http_client import request, wait_for
 from dht.testbed.netns import netns_unavailable
 from tests.launcher import REPO, interrupt
 

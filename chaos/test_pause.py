@@ -19,7 +19,7 @@ import time
 from chaos.flags import FAST_FAULTS
 from chaos.observe import breaker_towards, differences, pending_hints, records_by_node
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import wait_for
+from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import check

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from dht.conformance.launcher import wait_for
+from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
 

@@ -22,7 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dht.conformance.faults import QUICK_ENV
-from dht.conformance.launcher import NODE_CWD_ENV, status_code
+from dht.conformance.http_client import status_code
+from dht.conformance.launcher import NODE_CWD_ENV
 from dht.conformance.report import (
     FaultRun,
     RunFacts,

@@ -12,45 +12,43 @@ Ports are chosen free at run time on 127.0.0.1; every process is stopped at tear
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shlex
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from dht.config import NodeConfig
-from dht.model.record import Record, decode
-from dht.model.ring import ring_identity
-from dht.replication.messages import (
-    PROTOCOL_VERSION,
-    Answer,
-    Challenge,
-    Failed,
-    GetRecord,
-    Hello,
-    Proof,
-    PutRecord,
-    RecordAbsent,
-    RecordFound,
-    Refused,
-    Request,
-    Stored,
+from dht.conformance.http_client import (
+    HOST,
+    Metrics,
+    RawResponse,
+    Response,
+    entities_url,
+    entity_url,
+    raw_get,
+    request,
+    status_code,
 )
-from dht.replication.proof import Side, new_nonce, proof, request_proof
-from dht.replication.protocol import Frame, ReplicaCodec, Role
-from dht.replication.wire import FRAME_LENGTH, PROOF_HEADER, RECORDS_PATH
+from dht.conformance.peer_tools import (
+    decode_frames,
+    internal_request,
+    records_url,
+    replica_call,
+)
+from dht.model.record import Record
+from dht.replication.messages import (
+    Answer,
+    GetRecord,
+    PutRecord,
+    Refused,
+)
 from dht.testbed.certificates import LocalCA
 from dht.testbed.namespaces import die_with_parent
 from dht.testbed.node_template import node_argv
@@ -58,7 +56,6 @@ from dht.testbed.toxiproxy import free_ports
 
 T = TypeVar("T")
 
-HOST = "127.0.0.1"
 # How long a node may take to answer /v0/status after its start (the conformance kit's
 # --start-timeout); rule 1.1's own one second is checked by its test.
 READY_DEADLINE = float(os.environ.get("DHT_START_TIMEOUT", "15"))
@@ -92,156 +89,6 @@ def dht_tuning(*flags: str) -> list[str]:
     Another implementation, which has flags of its own, is started without them; a
     rule never depends on them."""
     return list(flags) if testing_dht_itself() else []
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def excerpt(data: bytes, limit: int = 60) -> str:
-    """Bytes as a report shows them: their start, and their size when cut."""
-    shown = repr(data[:limit])
-    return shown if len(data) <= limit else f"{shown}... ({len(data)} bytes)"
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    headers: dict[str, str]
-    seconds: float = 0.0  # from sending the request to the end of the answer
-
-    def __repr__(self) -> str:
-        return f"<{self.status} {excerpt(self.body)} after {self.seconds * 1000:.0f} ms>"
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
-
-    def header(self, name: str) -> str | None:
-        """A header by its case-insensitive name."""
-        return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
-
-
-def request(
-    method: str,
-    url: str,
-    body: bytes | None = None,
-    timeout: float = 10.0,
-    headers: dict[str, str] | None = None,
-    tls: ssl.SSLContext | None = None,
-) -> Response:
-    """One HTTP request on a fresh connection (HTTPS with `tls`); raises OSError if
-    nothing answers."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or HOST
-    connection = (
-        http.client.HTTPSConnection(host, parts.port, timeout=timeout, context=tls)
-        if tls is not None
-        else http.client.HTTPConnection(host, parts.port, timeout=timeout)
-    )
-    started = time.monotonic()
-    try:
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        connection.request(method, target, body=body, headers=headers or {})
-        response = connection.getresponse()
-        body = response.read()
-        elapsed = time.monotonic() - started
-        return Response(response.status, body, dict(response.getheaders()), elapsed)
-    finally:
-        connection.close()
-
-
-def expect(
-    response: Response | RawResponse, status: int, body: bytes | None = None, context: str = ""
-) -> None:
-    """Asserts an answer's status (and body), failing with what was expected and what
-    came back, as the conformance report shows it: `expected 200 b'v', got <404 ...>`."""
-    if response.status == status and (body is None or response.body == body):
-        return
-    wanted = f"{status}" if body is None else f"{status} {excerpt(body)}"
-    raise AssertionError(f"{context + ': ' if context else ''}expected {wanted}, got {response!r}")
-
-
-def wait_for(probe: Callable[[], T], done: Callable[[T], bool], deadline: float = 5.0) -> T:
-    """Calls `probe` until `done` holds for its result and returns that result; raises
-    TimeoutError naming the last result when `deadline` seconds pass first."""
-    started = time.monotonic()
-    while True:
-        result = probe()
-        if done(result):
-            return result
-        if time.monotonic() - started > deadline:
-            raise TimeoutError(f"still {result!r} after {deadline}s")
-        time.sleep(0.02)
-
-
-def status_code(base: str, timeout: float = 1.0) -> int | None:
-    """What `GET /v0/status` of the node at `base` answers, or None when nothing does."""
-    try:
-        return request("GET", base + "/v0/status", timeout=timeout).status
-    except OSError:
-        return None
-
-
-def entity_url(base: str, key: str, replicas: str | None = None) -> str:
-    query = {"id": key}
-    if replicas is not None:
-        query["replicas"] = replicas
-    return f"{base}/v0/entity?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
-
-
-def entities_url(base: str, start: str, end: str | None = None) -> str:
-    query = {"start": start} | ({} if end is None else {"end": end})
-    return f"{base}/v0/entities?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
-
-
-@dataclass
-class RawResponse:
-    """A response as it came off the socket: `body` keeps its transfer framing, which
-    http.client would strip, so a test can see how a stream was cut into chunks."""
-
-    status: int
-    headers: dict[str, str]  # names lower-cased
-    body: bytes
-
-    @property
-    def chunks(self) -> list[bytes]:
-        """The chunks of a `Transfer-Encoding: chunked` body, in order, without the final
-        empty one; raises ValueError if the framing is broken or the body is cut short."""
-        chunks: list[bytes] = []
-        position = 0
-        while True:
-            line_end = self.body.find(b"\r\n", position)
-            if line_end < 0:
-                raise ValueError(f"no chunk-size line at byte {position}")
-            size = int(self.body[position:line_end].split(b";")[0], 16)
-            start, end = line_end + 2, line_end + 2 + size
-            if size == 0:
-                if self.body[start:] != b"\r\n":
-                    raise ValueError(f"bytes after the last chunk: {self.body[start:]!r}")
-                return chunks
-            if len(self.body) < end + 2 or self.body[end : end + 2] != b"\r\n":
-                raise ValueError(f"chunk at byte {position} is cut short or not terminated")
-            chunks.append(self.body[start:end])
-            position = end + 2
-
-
-def raw_get(url: str, timeout: float = 10.0) -> RawResponse:
-    """GET over a bare socket (HTTP/1.1, Connection: close), read to EOF and unparsed."""
-    parts = urllib.parse.urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    head = f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
-    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
-        sock.sendall(head.encode("ascii"))
-        raw = b"".join(iter(lambda: sock.recv(65536), b""))
-    head_bytes, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *header_lines = head_bytes.decode("latin-1").split("\r\n")
-    headers = {
-        name.strip().lower(): value.strip()
-        for name, _, value in (line.partition(":") for line in header_lines)
-    }
-    return RawResponse(int(status_line.split()[1]), headers, body)
 
 
 @dataclass
@@ -444,38 +291,6 @@ class Node:
         return None
 
 
-class Metrics:
-    """Samples of a Prometheus text page: `metrics["dht_read_repairs_total"]`, or with
-    labels `metrics.value("dht_hints_pending", peer=url)`; 0.0 for a sample not there."""
-
-    def __init__(self, samples: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> None:
-        self.samples = samples
-
-    @classmethod
-    def parse(cls, page: str) -> Metrics:
-        samples = {
-            (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(page)
-            for sample in family.samples
-        }
-        return cls(samples)
-
-    def value(self, name: str, **labels: str) -> float:
-        """The sum of `name`'s samples whose labels include `labels`."""
-        wanted = set(labels.items())
-        return sum(
-            value
-            for (sample, sample_labels), value in self.samples.items()
-            if sample == name and wanted <= sample_labels
-        )
-
-    def __getitem__(self, name: str) -> float:
-        return self.value(name)
-
-    def names(self) -> set[str]:
-        return {name for name, _ in self.samples}
-
-
 class Cluster:
     """N nodes with one topology, on free loopback ports."""
 
@@ -527,142 +342,3 @@ class Cluster:
                 node.process.send_signal(signal.SIGTERM)
         for node in self.nodes:
             node.stop()
-
-
-# -- reading a node's own records (dht's internal API) -----------------------------------
-
-
-def records_url(base: str, start: str, end: str | None = None) -> str:
-    query = {"start": start} | ({} if end is None else {"end": end})
-    return f"{base}{RECORDS_PATH}?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
-
-
-def cluster_secret(node: Node) -> str | None:
-    """The secret the node was started with (`--secret`, else $DHT_SECRET), if any."""
-    return node.flag("--secret") or os.environ.get("DHT_SECRET")
-
-
-def peer_hello(node: Node) -> Hello:
-    """The HELLO a peer of `node` sends: its ring identity, and a fresh nonce."""
-    vnodes = int(node.flag("--vnodes") or NodeConfig.vnodes)
-    ring = ring_identity(node.topology, vnodes)
-    return Hello(PROTOCOL_VERSION, node.cluster_url, ring, new_nonce())
-
-
-def open_channel(
-    node: Node, hello: Hello | None = None, secret: str | None = None, timeout: float = 10.0
-) -> tuple[socket.socket, ReplicaCodec]:
-    """A replica channel to `node` (blocking): a socket whose handshake is done up to
-    this end's PROOF (calls may follow), and the client codec to read and write it with.
-    `hello` defaults to a true peer's, `secret` to the node's own ("" for none). Raises
-    ChannelRefused if the node refuses the HELLO."""
-    sock, codec, refused = _handshake(node, hello, secret, timeout)
-    if refused is not None:
-        sock.close()
-        raise ChannelRefused(refused.reason)
-    return sock, codec
-
-
-class ChannelRefused(Exception):
-    """The node answered the HELLO with REFUSED."""
-
-
-def _handshake(
-    node: Node, hello: Hello | None, secret: str | None, timeout: float
-) -> tuple[socket.socket, ReplicaCodec, Refused | None]:
-    """Sends HELLO, reads the CHALLENGE and answers it with this end's PROOF (the
-    node's own proof is not checked: a test may offer a wrong secret on purpose)."""
-    hello = hello or peer_hello(node)
-    codec = ReplicaCodec(Role.CLIENT, 1 << 30)
-    sock = socket.create_connection((HOST, node.port), timeout=timeout)
-    if (tls := node.peer_tls) is not None:
-        sock = tls.wrap_socket(sock, server_hostname=HOST)
-    send_frames(sock, codec.send(hello))
-    while (event := codec.next_event()) is None:
-        data = sock.recv(65536)
-        if not data:
-            sock.close()
-            raise ConnectionError(f"{node.url} closed the replica channel before its CHALLENGE")
-        codec.receive_data(data)
-    if isinstance(event, Refused):
-        return sock, codec, event
-    assert isinstance(event, Challenge), event
-    key = cluster_secret(node) if secret is None else secret
-    ours = proof(key, Side.CLIENT, hello.nonce, event.nonce, hello.sender, hello.ring)
-    send_frames(sock, codec.send(Proof(ours)))
-    return sock, codec, None
-
-
-def send_frames(sock: socket.socket, frames: list[Frame]) -> None:
-    sock.sendall(b"".join(part for frame in frames for part in frame))
-
-
-def replica_call(
-    node: Node,
-    request_for: Callable[[int], Request],
-    hello: Hello | None = None,
-    secret: str | None = None,
-    timeout: float = 10.0,
-) -> Answer | Refused:
-    """One call on a fresh replica channel to `node` (blocking): the answer, or Refused
-    if the node would not open the channel. `hello` defaults to a true peer's, `secret`
-    to the node's own ("" for none)."""
-    sock, codec, refused = _handshake(node, hello, secret, timeout)
-    if refused is not None:
-        sock.close()
-        return refused
-    with sock:
-        send_frames(sock, codec.send(request_for(1)))
-        while True:
-            while (event := codec.next_event()) is not None:
-                if isinstance(event, Refused | RecordFound | RecordAbsent | Stored | Failed):
-                    return event
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"{node.url} closed the replica channel without an answer")
-            codec.receive_data(data)
-
-
-def internal_request(node: Node, method: str, url: str, body: bytes | None = None) -> Response:
-    """One HTTP request to an internal path, proving the node's cluster secret if it has
-    one."""
-    secret = cluster_secret(node)
-    headers = {} if secret is None else proof_header(secret, method, url, body, node.cluster_url)
-    tls = node.peer_tls
-    if tls is not None:
-        url = "https" + url.removeprefix("http")
-    return request(method, url, body, headers=headers, tls=tls)
-
-
-def proof_header(
-    secret: str, method: str, url: str, body: bytes | None = None, receiver: str | None = None
-) -> dict[str, str]:
-    """The header that proves `secret` for one internal request to `url`, made for the
-    node `receiver` (its --cluster URL; by default the one `url` leads to)."""
-    parts = urllib.parse.urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    to = receiver or f"http://{parts.hostname}:{parts.port}"
-    made_ms = int(time.time() * 1000)
-    header = request_proof(secret, to, method, target, made_ms, new_nonce(), body or b"")
-    return {PROOF_HEADER: header}
-
-
-def decode_frames(body: bytes) -> dict[str, Record]:
-    """The internal range stream (dht.replication.wire): frames of key length (4 bytes big-endian),
-    key, record length, record. Raises ValueError if the stream is cut inside a frame."""
-    records: dict[str, Record] = {}
-    position = 0
-
-    def take(size: int) -> bytes:
-        nonlocal position
-        if position + size > len(body):
-            raise ValueError(f"range stream cut short at byte {position} of {len(body)}")
-        position += size
-        return body[position - size : position]
-
-    while position < len(body):
-        (key_length,) = FRAME_LENGTH.unpack(take(FRAME_LENGTH.size))
-        key = take(key_length)
-        (data_length,) = FRAME_LENGTH.unpack(take(FRAME_LENGTH.size))
-        records[key.decode()] = decode(take(data_length))
-    return records

@@ -17,7 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dht.conformance.launcher import Node, entity_url, request, wait_for
+from dht.conformance.http_client import entity_url, request, wait_for
+from dht.conformance.launcher import Node
 from dht.history.operation import Kind, Op, Window
 from dht.testbed.toxiproxy import node_name
 

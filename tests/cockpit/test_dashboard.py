@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from dht.conformance.launcher import HOST, Response, free_port, request
+from dht.conformance.http_client import HOST, Response, free_port, request
 from dht.conformance.rules import rule
 from tests.cockpit.conftest import PAGE_DEADLINE
 from tests.spec.test_dht_cluster_command import consecutive_free_ports

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dht.conformance.launcher import request
+from dht.conformance.http_client import request
 from dht.conformance.rules import rule
 from dht.history.checker import check
 from dht.history.run_folder import read_run

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dht.conformance.launcher import entity_url, request
+from dht.conformance.http_client import entity_url, request
 from dht.conformance.rules import rule
 from tests.cockpit.test_dashboard import (
     RunningCluster,
@@ -199,7 +199,7 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
 
 
 def wait_timeline(cluster: RunningCluster, done: Any) -> list[dict[str, Any]]:
-    from dht.conformance.launcher import wait_for
+    from dht.conformance.http_client import wait_for
 
     answer = wait_for(
         lambda: cluster.get("/timeline"),

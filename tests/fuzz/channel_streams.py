@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from dht.conformance.launcher import excerpt
+from dht.conformance.http_client import excerpt
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.replication.messages import Event, GetRecord, PutRecord, Request

@@ -16,7 +16,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from dht.conformance.launcher import HOST, Node
+from dht.conformance.http_client import HOST
+from dht.conformance.launcher import Node
 from dht.replication.messages import Event
 from dht.replication.protocol import ReplicaCodec
 

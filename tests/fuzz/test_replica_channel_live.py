@@ -36,16 +36,14 @@ from hypothesis import strategies as st
 
 from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.fuzz.budget import raw_request_settings
-from dht.conformance.launcher import (
-    TLS_ENV,
-    Node,
+from dht.conformance.http_client import request, wait_for
+from dht.conformance.launcher import TLS_ENV, Node
+from dht.conformance.peer_tools import (
     cluster_secret,
     internal_request,
     open_channel,
     peer_hello,
     records_url,
-    request,
-    wait_for,
 )
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record, decode, encode_header

@@ -31,7 +31,8 @@ from hypothesis.stateful import (
 
 from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.fuzz.budget import machine_settings
-from dht.conformance.launcher import Node, RawResponse, Response, raw_get, request
+from dht.conformance.http_client import RawResponse, Response, raw_get, request
+from dht.conformance.launcher import Node
 
 # Pieces that make keys collide with each other's prefixes and encodings: bytes that are
 # not UTF-8 (\xff, \xfe), U+FFFD's own encoding (what a lossy decoder folds them into),

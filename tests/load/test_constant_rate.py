@@ -17,7 +17,8 @@ from aiohttp import web
 from bench.constant_rate import run
 from bench.measurement import PERCENTILES
 from bench.workload import Workload
-from dht.conformance.launcher import Node, free_port
+from dht.conformance.http_client import free_port
+from dht.conformance.launcher import Node
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "constant_rate.py"
 RATE, SECONDS = 200, 2

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import Cluster, Node, expect
+from dht.conformance.http_client import expect
+from dht.conformance.launcher import Cluster, Node
 
 NAIVE_NODE = Path(__file__).resolve().parent / "node.py"
 NAIVE_COMMAND = (

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from dht.conformance.launcher import HOST, free_port, request
+from dht.conformance.http_client import HOST, free_port, request
 from dht.conformance.rules import rule
 from tests.launcher import REPO, run_module
 from tests.spec.test_dht_cluster_command import consecutive_free_ports

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import HOST, request, status_code, wait_for
+from dht.conformance.http_client import HOST, request, status_code, wait_for
 from dht.conformance.rules import rule
 from tests.launcher import REPO, interrupt, run_module
 from tests.spec.test_dht_cluster_command import child_pid, consecutive_free_ports

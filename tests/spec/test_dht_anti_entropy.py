@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import (
-    LOWEST_KEY,
-    Cluster,
-    Node,
-    expect,
-    internal_request,
-    request,
-    wait_for,
-)
+from dht.conformance.http_client import expect, request, wait_for
+from dht.conformance.launcher import LOWEST_KEY, Cluster, Node
+from dht.conformance.peer_tools import internal_request
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

@@ -9,7 +9,9 @@ import socket
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Node, open_channel, request, send_frames, wait_for
+from dht.conformance.http_client import HOST, request, wait_for
+from dht.conformance.launcher import Node
+from dht.conformance.peer_tools import open_channel, send_frames
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

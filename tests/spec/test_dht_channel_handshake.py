@@ -12,7 +12,8 @@ import struct
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Node, request, wait_for
+from dht.conformance.http_client import HOST, request, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from dht.replication.messages import Op, RecordAbsent
 from dht.replication.protocol import FRAGMENT_BYTES, PREFACE

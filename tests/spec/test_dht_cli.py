@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Node, free_port, wait_for
+from dht.conformance.http_client import HOST, free_port, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from tests.launcher import run_module
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Node, expect, wait_for
+from dht.conformance.http_client import expect, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from dht.replication.fence import CHECK_INTERVAL
 

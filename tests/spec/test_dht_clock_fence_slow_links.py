@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, expect, wait_for
+from dht.conformance.http_client import HOST, expect, wait_for
 from dht.conformance.rules import rule
 from dht.replication.fence import FIRST_CHECK_SECONDS
 from dht.testbed.toxiproxy import free_ports

@@ -15,7 +15,8 @@ import plyvel
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Node, expect
+from dht.conformance.http_client import expect
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from dht.storage.store import CLOCK_CEILING, DIGESTS_READY
 

@@ -16,16 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import (
-    HOST,
-    Node,
-    free_port,
-    peer_hello,
-    replica_call,
-    request,
-    status_code,
-    wait_for,
-)
+from dht.conformance.http_client import HOST, free_port, request, status_code, wait_for
+from dht.conformance.launcher import Node
+from dht.conformance.peer_tools import peer_hello, replica_call
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

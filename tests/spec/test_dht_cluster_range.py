@@ -13,7 +13,8 @@ import json
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Cluster, Node, expect, request
+from dht.conformance.http_client import expect, request
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.model.record import Record
 from dht.replication.messages import Stored

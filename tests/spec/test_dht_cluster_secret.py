@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import (
-    HOST,
-    Node,
-    free_ports,
-    peer_hello,
-    proof_header,
-    replica_call,
-    request,
-)
+from dht.conformance.http_client import HOST, request
+from dht.conformance.launcher import Node, free_ports
+from dht.conformance.peer_tools import peer_hello, proof_header, replica_call
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Node, request, wait_for
+from dht.conformance.http_client import request, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from dht.replication.messages import RecordFound
 

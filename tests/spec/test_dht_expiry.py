@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Cluster, Node, entity_url, expect, request, wait_for
+from dht.conformance.http_client import entity_url, expect, request, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import expect
+from dht.conformance.http_client import expect
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht

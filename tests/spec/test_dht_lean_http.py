@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Cluster, Node, wait_for
+from dht.conformance.http_client import HOST, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.testbed.toxiproxy import free_ports
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import HOST, Cluster, Node
+from dht.conformance.http_client import HOST
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.testbed.certificates import LocalCA
 from dht.testbed.toxiproxy import free_ports

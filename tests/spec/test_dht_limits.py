@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Cluster, Node, Response, raw_get, request, wait_for
+from dht.conformance.http_client import HOST, Response, raw_get, request, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.dht

@@ -15,15 +15,9 @@ import pytest
 
 from dht.config import NodeConfig
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import (
-    Cluster,
-    Node,
-    Response,
-    expect,
-    proof_header,
-    request,
-    wait_for,
-)
+from dht.conformance.http_client import Response, expect, request, wait_for
+from dht.conformance.launcher import Cluster, Node
+from dht.conformance.peer_tools import proof_header
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

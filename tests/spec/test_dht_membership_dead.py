@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import Cluster, expect
+from dht.conformance.http_client import expect
+from dht.conformance.launcher import Cluster
 from dht.conformance.rules import rule
 from tests.launcher import run_module
 

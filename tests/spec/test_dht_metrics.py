@@ -7,7 +7,8 @@ import concurrent.futures
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Node, expect, request, wait_for
+from dht.conformance.http_client import expect, request, wait_for
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 from dht.metrics import CALL_OUTCOMES
 

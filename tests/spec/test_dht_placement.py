@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Cluster, wait_for
+from dht.conformance.http_client import wait_for
+from dht.conformance.launcher import Cluster
 from dht.conformance.rules import rule
 from dht.model.record import Record
 from dht.replication.messages import RecordAbsent, RecordFound, Stored

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import HOST, Cluster, expect, peer_hello
+from dht.conformance.http_client import HOST, expect
+from dht.conformance.launcher import Cluster
+from dht.conformance.peer_tools import peer_hello
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record

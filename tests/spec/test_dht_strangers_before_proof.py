@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import HOST, Cluster, proof_header, request
+from dht.conformance.http_client import HOST, request
+from dht.conformance.launcher import Cluster
+from dht.conformance.peer_tools import proof_header
 from dht.conformance.rules import rule
 from dht.replication.handshakes import HANDSHAKE_DEADLINE
 from dht.testbed.certificates import LocalCA

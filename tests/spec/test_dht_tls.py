@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import (
-    HOST,
-    Cluster,
-    Node,
-    expect,
-    internal_request,
-    peer_hello,
-    records_url,
-    request,
-    wait_for,
-)
+from dht.conformance.http_client import HOST, expect, request, wait_for
+from dht.conformance.launcher import Cluster, Node
+from dht.conformance.peer_tools import internal_request, peer_hello, records_url
 from dht.conformance.rules import rule
 from dht.replication.messages import Refused
 from dht.replication.protocol import ReplicaCodec, Role

@@ -13,7 +13,8 @@ import pytest
 
 from dht.config import NodeConfig
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Cluster, Node, expect, wait_for
+from dht.conformance.http_client import expect, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.model.ring import Ring
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import wait_for
+from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from dht.model.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.model.record import Record

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dht.conformance.launcher import Metrics as Page
+from dht.conformance.http_client import Metrics as Page
 from dht.metrics import LATENCY_BUCKETS, Latencies, Metrics, TrafficCollector
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.launcher import Cluster, Node, entity_url, expect, request
+from dht.conformance.http_client import entity_url, expect, request
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.core

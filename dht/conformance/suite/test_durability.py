@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from dht.conformance.launcher import HOST, Node, expect, request
+from dht.conformance.http_client import HOST, expect, request
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.durability

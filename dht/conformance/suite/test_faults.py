@@ -23,7 +23,8 @@ from dht.conformance.faults import (
     seconds,
 )
 from dht.conformance.fixtures import ClusterFactory, LinkedClusterFactory
-from dht.conformance.launcher import Cluster, Node, status_code, wait_for
+from dht.conformance.http_client import status_code, wait_for
+from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.operation import Kind, Op

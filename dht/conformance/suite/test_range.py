@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from dht.conformance.launcher import Node, expect, request
+from dht.conformance.http_client import expect, request
+from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.range

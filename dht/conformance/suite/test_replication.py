@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from dht.conformance.fixtures import ClusterFactory
-from dht.conformance.launcher import Node, Response, dht_tuning, expect
+from dht.conformance.http_client import Response, expect
+from dht.conformance.launcher import Node, dht_tuning
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.replication

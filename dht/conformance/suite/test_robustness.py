@@ -34,7 +34,8 @@ from dht.conformance.fuzz.exchange import (
     dechunk,
     parse_answer,
 )
-from dht.conformance.launcher import HOST, Node, Response, dht_tuning, entity_url, request
+from dht.conformance.http_client import HOST, Response, entity_url, request
+from dht.conformance.launcher import Node, dht_tuning
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.robustness

@@ -28,7 +28,8 @@ from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.fuzz.budget import raw_request_settings
 from dht.conformance.fuzz.exchange import HANG_SECONDS, Probe, Tally, check, exchange
 from dht.conformance.fuzz.probes import FAMILIES, Family
-from dht.conformance.launcher import HOST, Node, dht_tuning, request
+from dht.conformance.http_client import HOST, request
+from dht.conformance.launcher import Node, dht_tuning
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.robustness
