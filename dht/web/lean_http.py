@@ -11,8 +11,8 @@ them itself and writes each answer with one call, its header block built once pe
 of answer. The first request it does not take hands the connection, with every byte
 not yet answered, to aiohttp for the rest of the connection's life: anything unusual
 meets aiohttp's own strict parser (llhttp) and is answered exactly as before. What the
-lean parser takes is a subset of what llhttp takes (tests/fuzz/test_lean_http.py
-compares the two).
+lean parser (`dht.web.lean_parse`) takes is a subset of what llhttp takes
+(tests/fuzz/test_lean_http.py compares the two).
 
 Requests on one connection are answered one at a time, in order (pipelined ones wait
 in the buffer); reading pauses while more than `READ_LIMIT` bytes wait, and answering
@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import re
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -37,16 +36,11 @@ import aiohttp
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
+from dht.web.lean_parse import MAX_BODY, MAX_HEADER_BYTES, HandOff, LeanParser
 from dht.web.server import Answer, PendingBody, Reply
 
 log = logging.getLogger(__name__)
 
-# A larger PUT goes to aiohttp, which admits it against the byte budget before reading it.
-MAX_BODY = 64 * 1024
-# Within aiohttp's limits (8190 bytes a field, 128 fields), so a request taken lean is
-# one aiohttp would take too.
-MAX_HEADER_BYTES = 8000
-MAX_HEADERS = 32
 # A body at least this large is written in a call of its own rather than copied once more.
 _JOIN_BELOW = 16 * 1024
 READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
@@ -55,79 +49,7 @@ READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
 KEEPALIVE_TIMEOUT = 75.0
 SERVER = f"Python/{sys.version_info[0]}.{sys.version_info[1]} aiohttp/{aiohttp.__version__}"
 
-# RFC 9112's request line with an origin-form target of RFC 3986's characters.
-_REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP/1\.1\r\n")
-# One header field: a token, a colon, a value of visible ASCII and inner spaces.
-_HEADER = re.compile(
-    rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[!-~]+(?:[ \t]+[!-~]+)*)?)[ \t]*\r\n"
-)
-# What may start a request line _REQUEST_LINE matches, its CRLF not come yet.
-_PARTIAL_LINE = re.compile(
-    rb"[A-Z]+ /[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*"
-    rb"(?: (?:H(?:T(?:T(?:P(?:/(?:1(?:\.(?:1\r?)?)?)?)?)?)?)?)?)?"
-)
-# What may start a header field _HEADER matches, its CRLF not come yet.
-_PARTIAL_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]*(?::[ \t!-~]*)?\r?")
-
-
-def _fields_so_far_fit(data: bytes, start: int) -> bool:
-    """Whether the header fields from `start` in an unfinished head are, as far as
-    they came, ones `parse` may take: a field llhttp refuses goes to aiohttp at once
-    rather than waiting for the head's end."""
-    while (end := data.find(b"\r\n", start)) >= 0:
-        if _HEADER.match(data, start, end + 2) is None:
-            return False
-        start = end + 2
-    return _PARTIAL_FIELD.fullmatch(data, start) is not None
-
-
-# Headers whose meaning the lean path does not take on: their requests go to aiohttp.
-_NOT_LEAN = frozenset(
-    [
-        b"transfer-encoding",
-        b"expect",
-        b"upgrade",
-        b"content-encoding",
-        b"proxy-connection",  # llhttp reads it as Connection
-        b"sec-websocket-key1",  # aiohttp refuses it
-    ]
-)
-# Headers aiohttp refuses twice in one request (its parser's SINGLETON_HEADERS).
-_SINGLETONS = frozenset(
-    [
-        b"content-length",
-        b"content-location",
-        b"content-range",
-        b"content-type",
-        b"etag",
-        b"host",
-        b"max-forwards",
-        b"server",
-        b"user-agent",
-    ]
-)
-
 Serve = Callable[[str, str, str, bytes | PendingBody], Coroutine[Any, Any, Answer]]
-
-
-class _HandOff(Exception):
-    """The request at the buffer's start is not one the lean path takes."""
-
-
-class LeanRequest:
-    """A request whose head is whole; its body may still be on its way."""
-
-    __slots__ = ("head_size", "keep_alive", "length", "method", "path", "query")
-
-    def __init__(
-        self, method: str, path: str, query: str, length: int, keep_alive: bool, head_size: int
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query
-        self.length = length  # of the body
-        self.keep_alive = keep_alive
-        self.head_size = head_size  # bytes of the buffer its head takes
 
 
 class LeanHttp:
@@ -145,12 +67,9 @@ class LeanHttp:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
         answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
         of a request target (a request line as long goes to aiohttp)."""
-        self._prefixes = tuple(
-            f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
-        )
+        self.parser = LeanParser(routes, max_line)
         self.serve = serve
         self.fallback = fallback
-        self.max_line = max_line
         self.connections: set[LeanConnection] = set()
         self.handed_off = 0
         self._heads: dict[tuple[int, str, tuple[tuple[str, str], ...], bool], bytes] = {}
@@ -161,74 +80,6 @@ class LeanHttp:
 
     def __call__(self) -> LeanConnection:
         return LeanConnection(self)
-
-    # -- parsing -------------------------------------------------------------------------
-
-    def parse(self, data: bytes) -> LeanRequest | None:
-        """The request whose head is at the start of `data`; None while its head is not
-        whole and it may still be one the lean path takes; raises _HandOff when it is not."""
-        if not data.startswith(self._prefixes):
-            if any(prefix.startswith(data) for prefix in self._prefixes):
-                return None  # a prefix of one: wait for more
-            raise _HandOff
-        line_end = data.find(b"\r\n")
-        if line_end < 0:
-            # A bare LF ends lines for no one here: llhttp answers it 400 at once.
-            if len(data) > self.max_line or _PARTIAL_LINE.fullmatch(data) is None:
-                raise _HandOff
-            return None
-        line = _REQUEST_LINE.match(data, 0, line_end + 2)
-        if line is None or line.end() != line_end + 2 or line_end >= self.max_line:
-            raise _HandOff
-        head_end = data.find(b"\r\n\r\n", line_end)
-        if head_end < 0:
-            if len(data) - 3 - line_end > MAX_HEADER_BYTES or not _fields_so_far_fit(
-                data, line_end + 2
-            ):
-                raise _HandOff  # too long, or a field llhttp refuses (found by review)
-            return None
-        if head_end - line_end > MAX_HEADER_BYTES:
-            raise _HandOff
-        length: int | None = None
-        keep_alive = True
-        position = line_end + 2
-        fields = 0
-        singletons: list[bytes] = []
-        while position < head_end + 2:
-            field = _HEADER.match(data, position, head_end + 2)
-            fields += 1
-            if field is None or fields > MAX_HEADERS:
-                raise _HandOff
-            position = field.end()
-            name = field.group(1).lower()
-            if name in _SINGLETONS:
-                if name in singletons:
-                    raise _HandOff  # llhttp refuses it
-                singletons.append(name)
-            if name == b"content-length":
-                value = field.group(2)
-                if length is not None or not value.isdigit() or len(value) > 9:
-                    raise _HandOff
-                length = int(value)
-            elif name == b"connection":
-                token = field.group(2).lower()
-                if token == b"close":
-                    keep_alive = False
-                elif token != b"keep-alive":
-                    raise _HandOff
-            elif name in _NOT_LEAN:
-                raise _HandOff
-        if b"host" not in singletons:
-            raise _HandOff  # aiohttp refuses an HTTP/1.1 request without one
-        method = line.group(1).decode()
-        if method == "PUT":
-            if length is None or length > MAX_BODY:
-                raise _HandOff  # chunked, or large: admitted before it is read
-        elif length:
-            raise _HandOff  # a GET or DELETE with a body
-        # The prefix ended with the path's "?": this is the path of one of the routes.
-        path, _, query = line.group(2).decode().partition("?")
-        return LeanRequest(method, path, query, length or 0, keep_alive, head_end + 4)
 
     # -- answers -------------------------------------------------------------------------
 
@@ -406,8 +257,8 @@ class LeanConnection(asyncio.Protocol):
             self._flow(transport)
             return
         try:
-            request = self._lean.parse(self._buffer) if self._buffer else None
-        except _HandOff:
+            request = self._lean.parser.parse(self._buffer) if self._buffer else None
+        except HandOff:
             self._hand_off(transport)
             return
         if request is None:

@@ -1,4 +1,4 @@
-"""The lean HTTP parser (dht.web.lean_http) against aiohttp's own, llhttp: what the lean
+"""The lean HTTP parser (dht.web.lean_parse) against aiohttp's own, llhttp: what the lean
 parser takes must be a subset of what llhttp takes, and taken alike.
 
 Requests come from a grammar of valid ones (methods, targets with percent-encoded and
@@ -7,7 +7,7 @@ Transfer-Encoding, Connection, Expect, Content-Encoding, Host and the like, dupl
 with odd whitespace, obs-fold, bare LF, NUL and high bytes, HTTP/1.0 and 1.1, bodies,
 request lines and header blocks at the lean parser's limits), then mutated (bytes
 flipped, inserted and deleted, cut short, a second request behind the first).
-Whatever the bytes, `LeanHttp.parse` raises nothing but `_HandOff` and returns at once.
+Whatever the bytes, `LeanParser.parse` raises nothing but `HandOff` and returns at once.
 Whenever it takes a request, llhttp, made as aiohttp's web server makes it for a node,
 parses the same bytes into exactly one message with the same method, target, body and
 keep-alive decision, neither upgraded, chunked nor compressed; every proper prefix of
@@ -44,15 +44,14 @@ from hypothesis import strategies as st
 from dht.config import NodeConfig
 from dht.conformance.fuzz.budget import raw_request_settings
 from dht.node import _REQUEST_LINE_OVERHEAD
-from dht.web.lean_http import (
+from dht.web.lean_parse import (
     MAX_BODY,
     MAX_HEADER_BYTES,
     MAX_HEADERS,
-    LeanHttp,
+    HandOff,
+    LeanParser,
     LeanRequest,
-    _HandOff,
 )
-from dht.web.server import Answer, PendingBody
 
 # A node's limit of a request line, the lean parser's and aiohttp's (dht/node.py).
 MAX_LINE = 3 * NodeConfig.max_key_bytes + _REQUEST_LINE_OVERHEAD
@@ -64,17 +63,7 @@ PARSE_SECONDS = 1.0
 pytestmark = pytest.mark.timeout(300)
 
 
-async def _never_served(method: str, path: str, query: str, body: bytes | PendingBody) -> Answer:
-    raise AssertionError("parse serves nothing")
-
-
-def _never_handed_off() -> asyncio.Protocol:
-    raise AssertionError("parse hands nothing off")
-
-
-LEAN = LeanHttp(
-    {ROUTE.decode(): {"GET", "PUT", "DELETE"}}, _never_served, _never_handed_off, MAX_LINE
-)
+LEAN = LeanParser({ROUTE.decode(): {"GET", "PUT", "DELETE"}}, MAX_LINE)
 
 # -- the two parsers ----------------------------------------------------------------------
 
@@ -82,11 +71,11 @@ Outcome = LeanRequest | Literal["wait", "hand off"]
 
 
 def lean(data: bytes) -> Outcome:
-    """What the lean parser makes of `data`; any exception but _HandOff goes through."""
+    """What the lean parser makes of `data`; any exception but HandOff goes through."""
     start = time.perf_counter()
     try:
         request = LEAN.parse(data)
-    except _HandOff:
+    except HandOff:
         outcome: Outcome = "hand off"
     else:
         outcome = "wait" if request is None else request
@@ -781,7 +770,7 @@ def test_the_prefix_check_catches_a_planted_hand_off_or_early_request(
 
     def hands_off_at_ten(data: bytes) -> LeanRequest | None:
         if len(data) == 10:
-            raise _HandOff
+            raise HandOff
         return parse(data)
 
     monkeypatch.setattr(LEAN, "parse", hands_off_at_ten)

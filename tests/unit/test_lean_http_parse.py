@@ -1,6 +1,7 @@
-"""The lean HTTP path's parser and writer (dht.web.lean_http), on examples: the requests
-it takes and what it makes of them, the ones it hands to aiohttp or waits for the rest
-of, and its answers as aiohttp's own client-side parsers read them back.
+"""The lean HTTP path's parser and writer (dht.web.lean_parse, dht.web.lean_http), on
+examples: the requests it takes and what it makes of them, the ones it hands to aiohttp
+or waits for the rest of, and its answers as aiohttp's own client-side parsers read them
+back.
 tests/fuzz/test_lean_http.py compares the parser with llhttp on generated requests."""
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ import pytest
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http import HttpResponseParser, HttpVersion11
 from aiohttp.http_parser import HttpResponseParserPy, RawResponseMessage
+from aiohttp.web_protocol import RequestHandler
 
 from dht.config import NodeConfig
 from dht.node import _REQUEST_LINE_OVERHEAD
 from dht.web import lean_http
-from dht.web.lean_http import (
+from dht.web.lean_http import SERVER, LeanHttp
+from dht.web.lean_parse import (
     MAX_BODY,
     MAX_HEADER_BYTES,
     MAX_HEADERS,
-    SERVER,
-    LeanHttp,
+    HandOff,
+    LeanParser,
     LeanRequest,
-    _HandOff,
 )
 from dht.web.server import Answer, PendingBody, Reply
 
@@ -40,7 +42,7 @@ async def _never_served(method: str, path: str, query: str, body: bytes | Pendin
     raise AssertionError("nothing is served here")
 
 
-def _never_handed_off() -> asyncio.Protocol:
+def _never_handed_off() -> RequestHandler:
     raise AssertionError("nothing is handed off here")
 
 
@@ -50,8 +52,11 @@ def lean() -> LeanHttp:
     )
 
 
+PARSER = LeanParser({"/v0/entity": {"GET", "PUT", "DELETE"}}, MAX_LINE)
+
+
 def taken(data: bytes) -> LeanRequest:
-    request = lean().parse(data)
+    request = PARSER.parse(data)
     assert request is not None, f"waits for more after {data!r}"
     return request
 
@@ -190,8 +195,8 @@ HAND_OFFS = {
 
 @pytest.mark.parametrize("data", list(HAND_OFFS.values()), ids=list(HAND_OFFS))
 def test_what_the_lean_path_does_not_take_is_handed_off(data: bytes) -> None:
-    with pytest.raises(_HandOff):
-        lean().parse(data)
+    with pytest.raises(HandOff):
+        PARSER.parse(data)
 
 
 # -- what it waits for ----------------------------------------------------------------------
@@ -213,7 +218,7 @@ def test_what_the_lean_path_does_not_take_is_handed_off(data: bytes) -> None:
     ],
 )
 def test_an_unfinished_head_is_waited_for(data: bytes) -> None:
-    assert lean().parse(data) is None
+    assert PARSER.parse(data) is None
 
 
 def test_an_unfinished_body_is_left_to_come() -> None:

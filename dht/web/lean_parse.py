@@ -1,0 +1,170 @@
+"""The lean HTTP path's parser (pure): the head of a simple request to one of the lean
+routes, or `HandOff` when the request is not one the lean path takes.
+
+What it takes is a subset of what aiohttp's own parser (llhttp) takes, read alike:
+HTTP/1.1, one of the routes' methods, a request target of URL characters, plain
+`name: value` headers with one Host, and a body of at most `MAX_BODY` bytes announced
+by Content-Length; no Transfer-Encoding, Expect, Upgrade, Content-Encoding or anything
+else llhttp reads its own way (tests/fuzz/test_lean_http.py compares the two). A head
+that cannot become one it takes is handed off at once, not waited for.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A larger PUT goes to aiohttp, which admits it against the byte budget before reading it.
+MAX_BODY = 64 * 1024
+# Within aiohttp's limits (8190 bytes a field, 128 fields), so a request taken lean is
+# one aiohttp would take too.
+MAX_HEADER_BYTES = 8000
+MAX_HEADERS = 32
+# RFC 9112's request line with an origin-form target of RFC 3986's characters.
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP/1\.1\r\n")
+# One header field: a token, a colon, a value of visible ASCII and inner spaces.
+_HEADER = re.compile(
+    rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[!-~]+(?:[ \t]+[!-~]+)*)?)[ \t]*\r\n"
+)
+# What may start a request line _REQUEST_LINE matches, its CRLF not come yet.
+_PARTIAL_LINE = re.compile(
+    rb"[A-Z]+ /[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*"
+    rb"(?: (?:H(?:T(?:T(?:P(?:/(?:1(?:\.(?:1\r?)?)?)?)?)?)?)?)?)?"
+)
+# What may start a header field _HEADER matches, its CRLF not come yet.
+_PARTIAL_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]*(?::[ \t!-~]*)?\r?")
+
+
+def _fields_so_far_fit(data: bytes, start: int) -> bool:
+    """Whether the header fields from `start` in an unfinished head are, as far as
+    they came, ones `parse` may take: a field llhttp refuses goes to aiohttp at once
+    rather than waiting for the head's end."""
+    while (end := data.find(b"\r\n", start)) >= 0:
+        if _HEADER.match(data, start, end + 2) is None:
+            return False
+        start = end + 2
+    return _PARTIAL_FIELD.fullmatch(data, start) is not None
+
+
+# Headers whose meaning the lean path does not take on: their requests go to aiohttp.
+_NOT_LEAN = frozenset(
+    [
+        b"transfer-encoding",
+        b"expect",
+        b"upgrade",
+        b"content-encoding",
+        b"proxy-connection",  # llhttp reads it as Connection
+        b"sec-websocket-key1",  # aiohttp refuses it
+    ]
+)
+# Headers aiohttp refuses twice in one request (its parser's SINGLETON_HEADERS).
+_SINGLETONS = frozenset(
+    [
+        b"content-length",
+        b"content-location",
+        b"content-range",
+        b"content-type",
+        b"etag",
+        b"host",
+        b"max-forwards",
+        b"server",
+        b"user-agent",
+    ]
+)
+
+
+class HandOff(Exception):
+    """The request at the buffer's start is not one the lean path takes."""
+
+
+class LeanRequest:
+    """A request whose head is whole; its body may still be on its way."""
+
+    __slots__ = ("head_size", "keep_alive", "length", "method", "path", "query")
+
+    def __init__(
+        self, method: str, path: str, query: str, length: int, keep_alive: bool, head_size: int
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.length = length  # of the body
+        self.keep_alive = keep_alive
+        self.head_size = head_size  # bytes of the buffer its head takes
+
+
+class LeanParser:
+    """Parses the heads of requests to `routes` (path -> the methods taken lean)."""
+
+    def __init__(self, routes: dict[str, set[str]], max_line: int) -> None:
+        """`max_line`: aiohttp's limit of a request target (a request line as long goes
+        to aiohttp)."""
+        self._prefixes = tuple(
+            f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
+        )
+        self._max_line = max_line
+
+    def parse(self, data: bytes) -> LeanRequest | None:
+        """The request whose head is at the start of `data`; None while its head is not
+        whole and it may still be one the lean path takes; raises HandOff when it is not."""
+        if not data.startswith(self._prefixes):
+            if any(prefix.startswith(data) for prefix in self._prefixes):
+                return None  # a prefix of one: wait for more
+            raise HandOff
+        line_end = data.find(b"\r\n")
+        if line_end < 0:
+            # A bare LF ends lines for no one here: llhttp answers it 400 at once.
+            if len(data) > self._max_line or _PARTIAL_LINE.fullmatch(data) is None:
+                raise HandOff
+            return None
+        line = _REQUEST_LINE.match(data, 0, line_end + 2)
+        if line is None or line.end() != line_end + 2 or line_end >= self._max_line:
+            raise HandOff
+        head_end = data.find(b"\r\n\r\n", line_end)
+        if head_end < 0:
+            if len(data) - 3 - line_end > MAX_HEADER_BYTES or not _fields_so_far_fit(
+                data, line_end + 2
+            ):
+                raise HandOff  # too long, or a field llhttp refuses (found by review)
+            return None
+        if head_end - line_end > MAX_HEADER_BYTES:
+            raise HandOff
+        length: int | None = None
+        keep_alive = True
+        position = line_end + 2
+        fields = 0
+        singletons: list[bytes] = []
+        while position < head_end + 2:
+            field = _HEADER.match(data, position, head_end + 2)
+            fields += 1
+            if field is None or fields > MAX_HEADERS:
+                raise HandOff
+            position = field.end()
+            name = field.group(1).lower()
+            if name in _SINGLETONS:
+                if name in singletons:
+                    raise HandOff  # llhttp refuses it
+                singletons.append(name)
+            if name == b"content-length":
+                value = field.group(2)
+                if length is not None or not value.isdigit() or len(value) > 9:
+                    raise HandOff
+                length = int(value)
+            elif name == b"connection":
+                token = field.group(2).lower()
+                if token == b"close":
+                    keep_alive = False
+                elif token != b"keep-alive":
+                    raise HandOff
+            elif name in _NOT_LEAN:
+                raise HandOff
+        if b"host" not in singletons:
+            raise HandOff  # aiohttp refuses an HTTP/1.1 request without one
+        method = line.group(1).decode()
+        if method == "PUT":
+            if length is None or length > MAX_BODY:
+                raise HandOff  # chunked, or large: admitted before it is read
+        elif length:
+            raise HandOff  # a GET or DELETE with a body
+        # The prefix ended with the path's "?": this is the path of one of the routes.
+        path, _, query = line.group(2).decode().partition("?")
+        return LeanRequest(method, path, query, length or 0, keep_alive, head_end + 4)
