@@ -10,7 +10,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -119,11 +119,36 @@ class ClientApi:
         return respond(await self._coordinator.get(key, replicas))
 
     async def put_value(self, params: Params, body: bytes | PendingBody) -> Reply:
-        """A PUT on the lean path, admitted by the length it announced before its body
-        is read, as `put_entity` admits one."""
+        """A PUT on the lean path: its body in hand, or on its way (the client going
+        away cancels the wait)."""
         key, replicas = self._entity_params(params)
         ttl_ms = ttl_param(params)
-        length = len(body) if isinstance(body, bytes) else body.length
+        if isinstance(body, bytes):
+            return await self._put_announced(key, replicas, ttl_ms, len(body), body)
+        return await self._put_announced(key, replicas, ttl_ms, body.length, lambda: body.value)
+
+    async def put_entity(self, request: web.BaseRequest, params: Params) -> Reply:
+        key, replicas = self._entity_params(params)
+        ttl_ms = ttl_param(params)
+        length = request.content_length
+        if length is not None:
+            return await self._put_announced(key, replicas, ttl_ms, length, request.read)
+        body = await self._read_chunked(request)
+        if body is None:
+            return self._over_budget()
+        return await self._store(key, replicas, ttl_ms, body, len(body))
+
+    async def _put_announced(
+        self,
+        key: bytes,
+        replicas: ReplicaCount | None,
+        ttl_ms: int,
+        length: int,
+        body: bytes | Callable[[], Awaitable[bytes]],
+    ) -> Reply:
+        """A value whose length was announced, admitted by that length before a byte of
+        it is read (413 past the value limit, 503 past the byte budget: the body is then
+        never read), then read (`body` in hand, or read by calling it) and stored."""
         if length > self._max_value_bytes:
             raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
         if not self._budget.acquire(length):
@@ -132,33 +157,11 @@ class ClientApi:
             value = body
         else:
             try:
-                value = await body.value
-            except BaseException:  # the client went away: its handler is cancelled
+                value = await body()
+            except BaseException:
                 self._budget.release(length)
                 raise
         return await self._store(key, replicas, ttl_ms, value, length)
-
-    async def put_entity(self, request: web.BaseRequest, params: Params) -> Reply:
-        key, replicas = self._entity_params(params)
-        ttl_ms = ttl_param(params)
-        length = request.content_length
-        if length is not None:
-            if length > self._max_value_bytes:
-                raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-            if not self._budget.acquire(length):
-                return self._over_budget()  # the body is never read
-            held = length
-            try:
-                value = await request.read()
-            except BaseException:
-                self._budget.release(held)
-                raise
-        else:
-            body = await self._read_chunked(request)
-            if body is None:
-                return self._over_budget()
-            value, held = body, len(body)
-        return await self._store(key, replicas, ttl_ms, value, held)
 
     async def _store(
         self, key: bytes, replicas: ReplicaCount | None, ttl_ms: int, value: bytes, held: int
