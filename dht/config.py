@@ -343,6 +343,16 @@ class NodeConfig:
         return dict(self.routes).get(peer, peer)
 
 
+# Method, path, other parameters and the HTTP version around the key in a request line.
+_REQUEST_LINE_OVERHEAD = 1024
+
+
+def request_line_limit(max_key_bytes: int) -> int:
+    """The longest request line a node reads (aiohttp's and the lean parser's limit): a
+    key travels percent-encoded in it, up to 3 bytes per byte."""
+    return 3 * max_key_bytes + _REQUEST_LINE_OVERHEAD
+
+
 def normalize_url(url: str) -> str:
     """`http://host:port` with no trailing slash; raises ValueError for anything else."""
     parts = urlsplit(url.strip())

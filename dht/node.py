@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dht.config import NodeConfig
+from dht.config import NodeConfig, request_line_limit
 from dht.coordination.coordinator import Coordinator
 from dht.metrics import CONTENT_TYPE, Metrics
 from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
@@ -46,8 +46,6 @@ log = logging.getLogger(__name__)
 # Headroom over the largest value for a body read; client values are checked against the
 # exact limit in the handler, which answers 413 with the project's reason.
 _BODY_OVERHEAD = 64
-# Method, path, other parameters and the HTTP version around the key in a request line.
-_REQUEST_LINE_OVERHEAD = 1024
 # How long SIGTERM waits for in-flight requests before it closes their connections.
 SHUTDOWN_GRACE = 3.0
 
@@ -294,8 +292,7 @@ class Node:
                 message, payload, protocol, writer, task, loop, client_max_size=client_max_size
             )
 
-        # A key travels percent-encoded in the request line: up to 3 bytes per byte.
-        max_line_size = 3 * self.config.max_key_bytes + _REQUEST_LINE_OVERHEAD
+        max_line_size = request_line_limit(self.config.max_key_bytes)
         server = web.Server(
             self.http.handle,
             request_factory=make_request,

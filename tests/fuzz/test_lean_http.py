@@ -41,9 +41,8 @@ from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayl
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from dht.config import NodeConfig
+from dht.config import NodeConfig, request_line_limit
 from dht.conformance.fuzz.budget import raw_request_settings
-from dht.node import _REQUEST_LINE_OVERHEAD
 from dht.web.lean_parse import (
     MAX_BODY,
     MAX_HEADER_BYTES,
@@ -54,7 +53,7 @@ from dht.web.lean_parse import (
 )
 
 # A node's limit of a request line, the lean parser's and aiohttp's (dht/node.py).
-MAX_LINE = 3 * NodeConfig.max_key_bytes + _REQUEST_LINE_OVERHEAD
+MAX_LINE = request_line_limit(NodeConfig.max_key_bytes)
 ROUTE = b"/v0/entity"
 # The largest input here parses in about a millisecond: this long is a hang.
 PARSE_SECONDS = 1.0

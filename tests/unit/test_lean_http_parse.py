@@ -20,8 +20,7 @@ from aiohttp.http import HttpResponseParser, HttpVersion11
 from aiohttp.http_parser import HttpResponseParserPy, RawResponseMessage
 from aiohttp.web_protocol import RequestHandler
 
-from dht.config import NodeConfig
-from dht.node import _REQUEST_LINE_OVERHEAD
+from dht.config import NodeConfig, request_line_limit
 from dht.web import lean_http
 from dht.web.lean_http import SERVER, LeanHttp
 from dht.web.lean_parse import (
@@ -35,7 +34,7 @@ from dht.web.lean_parse import (
 from dht.web.server import Answer, PendingBody, Reply
 
 # A node's: a key percent-encoded in the request line, and the rest (dht/node.py).
-MAX_LINE = 3 * NodeConfig.max_key_bytes + _REQUEST_LINE_OVERHEAD
+MAX_LINE = request_line_limit(NodeConfig.max_key_bytes)
 
 
 async def _never_served(method: str, path: str, query: str, body: bytes | PendingBody) -> Answer:
