@@ -336,7 +336,7 @@ class Node:
             # What start-up built (modules, the anti-entropy trees of every record held)
             # lives as long as the node: the garbage collector's full passes, which stop
             # the loop, no longer walk it (3 nodes at 3,750 PUT/s, 20 s: passes over 2 ms
-            # 9 -> 3, their total 199 -> 21 ms, the longest 45 -> 16 ms).
+            # 9 -> 4, their total 199 -> 15 ms, the longest 45 -> 7 ms).
             gc.freeze()
             log.info(
                 "node %s serving on %s:%d (cluster of %d, data in %s)",

@@ -113,7 +113,7 @@ class HttpServer:
     def __init__(
         self, routes: dict[str, Route], max_in_flight: int, observe: Observer | None = None
     ) -> None:
-        self.routes = routes
+        self._routes = routes
         self._observe = observe
         self.max_in_flight = max_in_flight
         self.in_flight = 0
@@ -127,7 +127,7 @@ class HttpServer:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """aiohttp's handler of every request."""
         path, _, query = request.raw_path.partition("?")
-        route = self.routes.get(path)
+        route = self._routes.get(path)
         if route is None:
             answer: Answer = plain(400, f"Bad Request: no such path {path[:200]}")
         elif (handler := route.handlers.get(request.method)) is None:
@@ -142,7 +142,7 @@ class HttpServer:
     def whole_body_routes(self) -> dict[str, set[str]]:
         """Path -> the methods with a `whole_body` handler: what the lean protocol takes."""
         return {
-            path: set(route.whole_body) for path, route in self.routes.items() if route.whole_body
+            path: set(route.whole_body) for path, route in self._routes.items() if route.whole_body
         }
 
     async def serve_whole_body(
@@ -150,7 +150,7 @@ class HttpServer:
     ) -> Answer:
         """The lean protocol's handler: `path` has a route with a `whole_body` handler
         for `method`."""
-        route = self.routes[path]
+        route = self._routes[path]
         handler = route.whole_body[method]
         return await self.serve(route, method, path, lambda params: handler(params, body), query)
 
