@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-MiB = 1024 * 1024
+KiB = 1024
+MiB = 1024 * KiB
 # The longest cluster secret (an HMAC key: it never travels, SPEC.md rule 11.4; longer
 # adds nothing).
 MAX_SECRET_BYTES = 1024
@@ -203,8 +204,15 @@ class NodeConfig:
     max_in_flight_bytes: int = setting(
         256 * MiB,
         parse=positive_int,
-        help="bytes of values a node holds at once; a PUT past it gets 503 before its "
-        "body is read (default %(default)s, 256 MiB)",
+        help="bytes of values a node holds at once; past it a PUT gets 503, a large one "
+        "before its body is read (default %(default)s, 256 MiB)",
+    )
+    min_body_rate: int = setting(
+        256 * KiB,
+        parse=positive_int,
+        help="bytes a second a request body must come at, on average, after 5 s for its "
+        "first bytes; a slower one is cut with 408 and its connection closed, so a stalled "
+        "client holds no budget (default %(default)s, 256 KiB)",
     )
     hint_max_bytes: int = setting(
         256 * MiB,

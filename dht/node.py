@@ -33,7 +33,7 @@ from dht.replication.tls import load_contexts
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
-from dht.web.admission import ByteBudget, keep_large_buffers_out_of_the_heap
+from dht.web.admission import BodyPace, ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
 from dht.web.lean_http import LeanHttp
@@ -114,7 +114,8 @@ class Node:
         self.internal.on_stored = self._hand_off_if_not_owned
         self.anti_entropy, self.collector = self._repair_loops()
         self.ring_share = self.membership.topology.current.shares()
-        client = ClientApi(self.coordinator, config, self.budget, self.status)
+        self.body_pace = BodyPace(config.min_body_rate)
+        client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
         admin = MembershipApi(
             self.membership, self.apply_step, self._guard_step, self.clock.wall_ms
         )
@@ -251,6 +252,7 @@ class Node:
             "bytes_in_flight": self.budget.in_flight,
             "max_in_flight_bytes": self.budget.limit,
             "byte_budget_refusals": self.budget.refused,
+            "slow_bodies_cut": self.body_pace.cut,
             "internal_errors": self.http.errors,
             # Connections the lean HTTP protocol holds, and those it handed to aiohttp.
             "lean_http": None
@@ -313,6 +315,8 @@ class Node:
                     self.http.serve_whole_body,
                     server,
                     max_line_size,
+                    self.body_pace,
+                    self.config.max_value_bytes,
                 )
             site = SharedPortSite(
                 runner,

@@ -1,9 +1,15 @@
-"""The bytes of request bodies a node holds at once, bounded (`--max-in-flight-bytes`).
+"""The bytes of request bodies a node holds at once, bounded (`--max-in-flight-bytes`),
+and the pace a body must keep while it comes (`--min-body-rate`).
 
-A client PUT is admitted against the budget before its body is read (from its
-Content-Length, or chunk by chunk as a chunked body streams) and holds its share until
-every replica call carrying the value has ended, since the value stays in memory that
-long. Past the budget the node answers 503 at once instead of letting memory grow.
+A client PUT is admitted against the budget (a body of the lean path once it has come
+whole; a larger one by its Content-Length before it is read, a chunked one chunk by chunk
+as it streams) and holds its share until every replica call carrying the value has ended,
+since the value stays in memory that long. Past the budget the node answers 503 at once
+instead of letting memory grow. Bytes reserved for bodies that have not come yet may take
+only half of the budget, and a body that falls behind the minimum rate is cut with 408
+(SPEC.md rule 7.10): clients that announce bodies and send nothing cannot hold the
+budget, nor anything else (found by review: sixteen silent 16 MiB PUTs held all of it,
+and every write through the node answered 503 for as long as they stayed open).
 
 Memory a burst of large values used goes back to the OS. glibc would keep it: past the
 first freed large buffer it raises its mmap threshold (up to 32 MiB), so later 16 MiB
@@ -62,6 +68,7 @@ class ByteBudget:
     def __init__(self, limit: int, trim: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.in_flight = 0
+        self.awaited = 0  # of those, reserved for bodies whose bytes have not come yet
         self.refused = 0
         self._released = 0
         self._trim = trim or _malloc_trim()
@@ -76,6 +83,23 @@ class ByteBudget:
         self.in_flight += size
         return True
 
+    def reserve(self, size: int) -> bool:
+        """Takes `size` bytes for a body announced and not yet read, or counts a refusal
+        and returns False. Such reservations take at most half the budget (one alone
+        always passes), so what they hold before a byte of theirs has come never stops
+        bodies that came whole, nor replica traffic. `arrived` counts their bytes in."""
+        if self.awaited + size > self.limit // 2 and self.awaited > 0:
+            self.refused += 1
+            return False
+        if not self.acquire(size):
+            return False
+        self.awaited += size
+        return True
+
+    def arrived(self, size: int) -> None:
+        """`size` bytes of a reserved body came (or will never come: it ended)."""
+        self.awaited -= size
+
     def hold(self, size: int) -> None:
         """Counts `size` bytes that are held already and cannot be declined: a large
         replica write given up on midway, whose last fragments still have to leave."""
@@ -87,3 +111,32 @@ class ByteBudget:
         if self.in_flight == 0 and self._released >= TRIM_AFTER:
             self._released = 0
             self._trim()
+
+
+class BodyTooSlow(Exception):
+    """A body fell behind the minimum rate; the message is the reason sent with 408."""
+
+
+class BodyPace:
+    """The pace a request body must keep (SPEC.md rule 7.10): `GRACE` seconds for its
+    first bytes, then on average `rate` bytes a second since its head came; a body that
+    falls behind is cut (408), whatever it announced, so a client that stalls holds a
+    node's memory and budget for seconds, not for as long as its connection lasts."""
+
+    GRACE = 5.0
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.cut = 0  # bodies cut for falling behind, on both HTTP paths
+
+    def due(self, head_came: float, received: int) -> float:
+        """When a body whose head came at `head_came` (the loop's time) falls behind, if
+        no more than `received` bytes of it come by then."""
+        return head_came + self.GRACE + received / self.rate
+
+    def too_slow(self) -> BodyTooSlow:
+        self.cut += 1
+        return BodyTooSlow(
+            f"the body came slower than {self.rate} bytes a second (--min-body-rate) "
+            f"after a grace of {self.GRACE:g} s"
+        )

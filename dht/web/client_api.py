@@ -6,11 +6,12 @@ requests and maps malformed input. Errors carry a short plain-text reason.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -19,12 +20,14 @@ from dht.config import NodeConfig
 from dht.coordination.cluster_range import NotEnoughSources, RangeIncomplete
 from dht.coordination.coordinator import Coordinator, Outcome, Status
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
-from dht.web.admission import ByteBudget
+from dht.web.admission import BodyPace, ByteBudget
 from dht.web.server import (
+    NO_BODY,
     BadRequest,
+    Body,
     Params,
     PayloadTooLarge,
-    PendingBody,
+    Refused,
     Reply,
     Route,
     plain,
@@ -84,25 +87,28 @@ class ClientApi:
         coordinator: Coordinator,
         config: NodeConfig,
         budget: ByteBudget,
+        pace: BodyPace,
         status: Callable[[], dict[str, Any]],
     ) -> None:
         self._coordinator = coordinator
         self._max_value_bytes = config.max_value_bytes
         self._max_key_bytes = config.max_key_bytes
         self._budget = budget
+        self._pace = pace
         self._status = status
 
     def routes(self) -> dict[str, Route]:
         return {
             "/v0/status": Route({"GET": self.status}, counted=False),
             "/v0/entity": Route(
-                {"GET": self.get_entity, "PUT": self.put_entity, "DELETE": self.delete_entity},
+                {"GET": self.get_entity, "DELETE": self.delete_entity},
                 operations={"GET": "get", "PUT": "put", "DELETE": "delete"},
                 whole_body={
                     "GET": self.get_value,
                     "PUT": self.put_value,
                     "DELETE": self.delete_value,
                 },
+                read_body={"PUT": self.read_put},
             ),
             "/v0/entities": Route({"GET": self.entities}, operations={"GET": "range"}),
         }
@@ -111,57 +117,70 @@ class ClientApi:
         return web.Response(text=json.dumps(self._status()), content_type="application/json")
 
     async def get_entity(self, request: web.BaseRequest, params: Params) -> Reply:
-        return await self.get_value(params, b"")
+        return await self.get_value(params, NO_BODY)
 
-    async def get_value(self, params: Params, body: bytes | PendingBody) -> Reply:
+    async def get_value(self, params: Params, body: Body) -> Reply:
         """A GET (its body, if any, is not read)."""
         key, replicas = self._entity_params(params)
         return respond(await self._coordinator.get(key, replicas))
 
-    async def put_value(self, params: Params, body: bytes | PendingBody) -> Reply:
-        """A PUT on the lean path: its body in hand, or on its way (the client going
-        away cancels the wait)."""
+    async def put_value(self, params: Params, body: Body) -> Reply:
+        """A PUT whose body has come whole: weighed against the byte budget now if the lean
+        path read it, or admitted already (`read_put`)."""
         key, replicas = self._entity_params(params)
         ttl_ms = ttl_param(params)
-        if isinstance(body, bytes):
-            return await self._put_announced(key, replicas, ttl_ms, len(body), body)
-        return await self._put_announced(key, replicas, ttl_ms, body.length, lambda: body.value)
+        value = body.data
+        held = body.take()
+        if not held:
+            if len(value) > self._max_value_bytes:
+                raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
+            if not self._budget.acquire(len(value)):
+                return self._over_budget()
+            held = len(value)
+        return await self._store(key, replicas, ttl_ms, value, held)
 
-    async def put_entity(self, request: web.BaseRequest, params: Params) -> Reply:
-        key, replicas = self._entity_params(params)
-        ttl_ms = ttl_param(params)
+    async def read_put(self, request: web.BaseRequest, params: Params) -> Body:
+        """The body of a PUT aiohttp took, read whole before the request counts in
+        flight: one of announced length is admitted by that length before a byte of it is
+        read (413 past the value limit, 503 past the byte budget: the body is then never
+        read), a chunked one chunk by chunk; either is cut (408) if it falls behind the
+        minimum rate."""
+        self._entity_params(params)  # a 400 before the body is read
+        ttl_param(params)
         length = request.content_length
-        if length is not None:
-            return await self._put_announced(key, replicas, ttl_ms, length, request.read)
-        body = await self._read_chunked(request)
-        if body is None:
-            return self._over_budget()
-        return await self._store(key, replicas, ttl_ms, body, len(body))
-
-    async def _put_announced(
-        self,
-        key: bytes,
-        replicas: ReplicaCount | None,
-        ttl_ms: int,
-        length: int,
-        body: bytes | Callable[[], Awaitable[bytes]],
-    ) -> Reply:
-        """A value whose length was announced, admitted by that length before a byte of
-        it is read (413 past the value limit, 503 past the byte budget: the body is then
-        never read), then read (`body` in hand, or read by calling it) and stored."""
+        if length is None:
+            return await self._read_chunked(request)
         if length > self._max_value_bytes:
             raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-        if not self._budget.acquire(length):
-            return self._over_budget()
-        if isinstance(body, bytes):
-            value = body
-        else:
-            try:
-                value = await body()
-            except BaseException:
-                self._budget.release(length)
-                raise
-        return await self._store(key, replicas, ttl_ms, value, length)
+        if not self._budget.reserve(length):
+            raise Refused(self._over_budget())
+        received = 0
+        try:
+            parts: list[bytes] = []
+            head_came = asyncio.get_running_loop().time()
+            while received < length:
+                chunk = await self._paced(request, head_came, received)
+                if not chunk:
+                    raise ConnectionResetError("the client stopped before its body's end")
+                received += len(chunk)
+                self._budget.arrived(len(chunk))
+                parts.append(chunk)
+        except BaseException:
+            self._budget.arrived(length - received)
+            self._budget.release(length)
+            raise
+        return Body(b"".join(parts), length, self._budget.release)
+
+    async def _paced(self, request: web.BaseRequest, head_came: float, received: int) -> bytes:
+        """The next bytes of a body of which `received` came since `head_came` (b"" at its
+        end), or BodyTooSlow once it falls behind the minimum rate."""
+        if request.content.at_eof():
+            return b""
+        try:
+            async with asyncio.timeout_at(self._pace.due(head_came, received)):
+                return await request.content.readany()
+        except TimeoutError:
+            raise self._pace.too_slow() from None
 
     async def _store(
         self, key: bytes, replicas: ReplicaCount | None, ttl_ms: int, value: bytes, held: int
@@ -182,24 +201,24 @@ class ClientApi:
             release()
             raise
 
-    async def _read_chunked(self, request: web.BaseRequest) -> bytes | None:
-        """A body of unannounced length, admitted against the budget as it streams: None
-        (and nothing held) if the budget ran out first; held for its whole size if not."""
+    async def _read_chunked(self, request: web.BaseRequest) -> Body:
+        """A body of unannounced length, admitted against the budget as it streams (503,
+        and nothing held, if the budget runs out first) and held for its whole size."""
         parts: list[bytes] = []
         size = 0
+        head_came = asyncio.get_running_loop().time()
         try:
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > self._max_value_bytes:
+            while chunk := await self._paced(request, head_came, size):
+                if size + len(chunk) > self._max_value_bytes:
                     raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-                if not self._budget.acquire(len(chunk)):
-                    self._budget.release(size - len(chunk))
-                    return None
+                if not self._budget.acquire(len(chunk), held=size):
+                    raise Refused(self._over_budget())
+                size += len(chunk)
                 parts.append(chunk)
         except BaseException:
-            self._budget.release(sum(len(part) for part in parts))
+            self._budget.release(size)
             raise
-        return b"".join(parts)
+        return Body(b"".join(parts), size, self._budget.release)
 
     def _over_budget(self) -> Reply:
         return plain(
@@ -210,9 +229,9 @@ class ClientApi:
         )
 
     async def delete_entity(self, request: web.BaseRequest, params: Params) -> Reply:
-        return await self.delete_value(params, b"")
+        return await self.delete_value(params, NO_BODY)
 
-    async def delete_value(self, params: Params, body: bytes | PendingBody) -> Reply:
+    async def delete_value(self, params: Params, body: Body) -> Reply:
         """A DELETE (its body, if any, is not read)."""
         key, replicas = self._entity_params(params)
         return respond(await self._coordinator.delete(key, replicas))

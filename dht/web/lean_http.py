@@ -16,7 +16,11 @@ lean parser (`dht.web.lean_parse`) takes is a subset of what llhttp takes
 
 Requests on one connection are answered one at a time, in order (pipelined ones wait
 in the buffer); reading pauses while more than `READ_LIMIT` bytes wait, and answering
-pauses while the socket's send buffer is full.
+pauses while the socket's send buffer is full. A request is served once its body has
+come whole, and that body must keep the minimum rate (`BodyPace`) or the connection is
+answered 408 and closed; until then it holds no place in flight and none of the byte
+budget (SPEC.md rule 7.10). Each read costs work in proportion to what it brought
+(rule 7.11): the buffer grows in place, and the parser goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -36,8 +40,16 @@ import aiohttp
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
-from dht.web.lean_parse import MAX_BODY, MAX_HEADER_BYTES, HandOff, LeanParser
-from dht.web.server import Answer, PendingBody, Reply
+from dht.web.admission import BodyPace
+from dht.web.lean_parse import (
+    MAX_BODY,
+    MAX_HEADER_BYTES,
+    HandOff,
+    HeadScan,
+    LeanParser,
+    LeanRequest,
+)
+from dht.web.server import Answer, Reply, too_slow
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +61,7 @@ READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
 KEEPALIVE_TIMEOUT = 75.0
 SERVER = f"Python/{sys.version_info[0]}.{sys.version_info[1]} aiohttp/{aiohttp.__version__}"
 
-Serve = Callable[[str, str, str, bytes | PendingBody], Coroutine[Any, Any, Answer]]
+Serve = Callable[[str, str, str, bytes], Coroutine[Any, Any, Answer]]
 
 
 class LeanHttp:
@@ -63,11 +75,16 @@ class LeanHttp:
         serve: Serve,
         fallback: Callable[[], RequestHandler],
         max_line: int,
+        pace: BodyPace,
+        max_body: int = MAX_BODY,
     ) -> None:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
         answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
-        of a request target (a request line as long goes to aiohttp)."""
-        self.parser = LeanParser(routes, max_line)
+        of a request target (a request line as long goes to aiohttp); `pace`: how fast a
+        body must come; `max_body`: the largest value (a larger PUT goes to aiohttp,
+        which refuses it before its body comes)."""
+        self.parser = LeanParser(routes, max_line, max_body)
+        self.pace = pace
         self.serve = serve
         self.fallback = fallback
         self.connections: set[LeanConnection] = set()
@@ -165,10 +182,12 @@ class LeanConnection(asyncio.Protocol):
         self._lean = lean
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scan = HeadScan()  # how far the head at the buffer's start was checked
         self.busy = False  # a request is being answered
-        self._body: PendingBody | None = None  # the body of that request, on its way
-        self._skip = 0  # bytes still to come of a body answered before it came whole
+        self._awaited: LeanRequest | None = None  # its head came whole, its body not yet
+        self._head_came = 0.0  # when it did
+        self._pace_check: asyncio.TimerHandle | None = None  # while its body is awaited
         self._write_paused = False
         self._read_paused = False
         self._closing = False  # close once the request under way is answered
@@ -183,18 +202,16 @@ class LeanConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lean.forget(self)
         self._transport = None
-        self._buffer = b""
-        if self._body is not None:
-            self._body.value.cancel()  # its handler stops, and lets go of what it held
-            self._body = None
+        self._buffer = bytearray()
+        self._stop_pace_check()
 
     @property
     def waits_for_client(self) -> bool:
         """Idle, or waiting for the rest of a body."""
-        return not self.busy or self._body is not None  # (skipping a body is not busy)
+        return not self.busy
 
     def data_received(self, data: bytes) -> None:
-        self._buffer = self._buffer + data if self._buffer else data
+        self._buffer += data
         self.last_active = self._loop.time()
         self._next()
 
@@ -233,47 +250,36 @@ class LeanConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._skip:
-            skipped = min(self._skip, len(self._buffer))
-            self._skip -= skipped
-            self._buffer = self._buffer[skipped:]
-            if self._skip:
-                if self._eof:
-                    self.close()
-                return
-            if self._closing:  # answered with Connection: close once the body was read
-                self.close()
-                return
-        if self._body is not None:
-            self._take_body(self._body)
-            if self._body is not None and self._eof:  # it will never come whole
-                # Its bytes are not a request (found by review: a refused PUT's body,
-                # cut short, was parsed as the next request and its DELETE run).
-                self._body.value.cancel()
-                self._body = None
-                self._buffer = b""
-                self._closing = True
         if self.busy or self._write_paused:
             self._flow(transport)
             return
-        try:
-            request = self._lean.parser.parse(self._buffer) if self._buffer else None
-        except HandOff:
-            self._hand_off(transport)
-            return
+        request = self._awaited
         if request is None:
-            if self._eof:
-                self.close()  # what it sent is answered; an unfinished request is dropped
-            self._flow(transport)
-            return
+            try:
+                request = (
+                    self._lean.parser.parse(self._buffer, self._scan) if self._buffer else None
+                )
+            except HandOff:
+                self._hand_off(transport)
+                return
+            if request is None:
+                if self._eof:
+                    self.close()  # what it sent is answered; an unfinished request is dropped
+                self._flow(transport)
+                return
         size = request.head_size + request.length
-        body: bytes | PendingBody
-        if len(self._buffer) >= size:
-            body = self._buffer[request.head_size : size]
-            self._buffer = self._buffer[size:]
-        else:  # its handler admits it by its length, then waits for it
-            body = self._body = PendingBody(request.length, self._loop.create_future())
-            self._buffer = self._buffer[request.head_size :]
+        if len(self._buffer) < size:
+            if self._eof:
+                self.close()  # its body will never come whole: it is not run
+            elif self._awaited is None:
+                self._awaited = request
+                self._head_came = self.last_active
+                self._check_pace()
+            return
+        self._awaited = None
+        self._stop_pace_check()
+        body = bytes(self._buffer[request.head_size : size])
+        del self._buffer[:size]
         self._flow(transport)
         self.busy = True
         answer = self._loop.create_task(
@@ -281,12 +287,27 @@ class LeanConnection(asyncio.Protocol):
         )
         answer.add_done_callback(functools.partial(self._answered, request.keep_alive))
 
-    def _take_body(self, body: PendingBody) -> None:
-        if len(self._buffer) >= body.length:
-            self._body = None
-            if not body.value.done():
-                body.value.set_result(self._buffer[: body.length])
-            self._buffer = self._buffer[body.length :]
+    def _check_pace(self) -> None:
+        """Cuts the awaited body with 408 once it falls behind the minimum rate, or looks
+        again when it would, given what has come of it by then."""
+        self._pace_check = None
+        request, transport = self._awaited, self._transport
+        if request is None or transport is None:
+            return
+        received = len(self._buffer) - request.head_size
+        due = self._lean.pace.due(self._head_came, received)
+        if due > self._loop.time():
+            self._pace_check = self._loop.call_at(due, self._check_pace)
+            return
+        self._awaited = None
+        self._buffer = bytearray()
+        self._lean.write(transport, too_slow(self._lean.pace.too_slow()), keep_alive=False)
+        transport.close()
+
+    def _stop_pace_check(self) -> None:
+        if self._pace_check is not None:
+            self._pace_check.cancel()
+            self._pace_check = None
 
     def _flow(self, transport: asyncio.Transport | None) -> None:
         """Reading pauses while more than READ_LIMIT bytes wait behind a request under
@@ -309,7 +330,7 @@ class LeanConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return  # the client went away; the request was carried out all the same
-        if answer.cancelled():  # its body never came: the client stopped sending
+        if answer.cancelled():
             transport.close()
             return
         reply = None if answer.exception() else answer.result()
@@ -319,21 +340,11 @@ class LeanConnection(asyncio.Protocol):
             log.error("no answer to a lean request: %r", reply or answer)
             transport.abort()
             return
-        if self._body is not None:
-            # Answered before its body came whole (refused): the rest is read and
-            # dropped as it comes, so the client, still sending, gets its answer
-            # rather than a reset (RFC 9112 9.6); its length is known, so the
-            # connection goes on after it.
-            self._skip = self._body.length
-            self._body.value.cancel()
-            self._body = None
-        keep_alive = keep_alive and not self._closing
+        keep_alive = keep_alive and not self._closing and not reply.close
         self._lean.write(transport, reply, keep_alive)
         if not keep_alive:
-            if not self._skip:
-                transport.close()
-                return
-            self._closing = True  # once the rest of the body is read (`_next`)
+            transport.close()
+            return
         self._next()
 
     def _hand_off(self, transport: asyncio.Transport) -> None:
@@ -345,7 +356,7 @@ class LeanConnection(asyncio.Protocol):
             transport.resume_reading()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
-        data, self._buffer, self._transport = self._buffer, b"", None
+        data, self._buffer, self._transport = bytes(self._buffer), bytearray(), None
         protocol.data_received(data)
         if self._eof:  # the client sends no more: aiohttp closes once it has answered
             if b"\r\n\r\n" in data:

@@ -11,7 +11,6 @@ error answers are the same whichever way a request came.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from dht.model.keys import query_params
+from dht.web.admission import BodyTooSlow
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +36,50 @@ class Reply:
     body: bytes = b""
     content_type: str = TEXT_PLAIN
     headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False  # the connection closes after it (its request's body was cut)
 
     def response(self) -> web.Response:
-        return web.Response(
+        response = web.Response(
             status=self.status,
             body=self.body,
             headers={"Content-Type": self.content_type, **dict(self.headers)},
         )
+        if self.close:
+            response.force_close()
+        return response
 
 
-class PendingBody:
-    """The body of a request whose head came whole before it: its announced length, and
-    the future of its bytes (cancelled if the client goes away or the answer comes
-    first)."""
+class Body:
+    """A request's body, come whole, and the bytes of the byte budget held for it already
+    (a body aiohttp read was admitted by its length before it came; one the lean path
+    read is weighed by its handler): whoever takes it releases them, once."""
 
-    __slots__ = ("length", "value")
+    __slots__ = ("_release", "data", "held")
 
-    def __init__(self, length: int, value: asyncio.Future[bytes]) -> None:
-        self.length = length
-        self.value = value
+    def __init__(
+        self, data: bytes, held: int = 0, release: Callable[[int], None] | None = None
+    ) -> None:
+        self.data = data
+        self.held = held
+        self._release = release
+
+    def take(self) -> int:
+        """The bytes held, now the caller's to release."""
+        held, self.held = self.held, 0
+        return held
+
+    def release(self) -> None:
+        if self.held and self._release is not None:
+            self._release(self.take())
 
 
+NO_BODY = Body(b"")
 Answer = Reply | web.StreamResponse
 Handler = Callable[[web.BaseRequest, Params], Awaitable[Answer]]
-# A handler the lean protocol calls with the request's body, in hand or on its way.
-BodyHandler = Callable[[Params, bytes | PendingBody], Awaitable[Reply]]
+# A handler of a request whose body has come whole (GET, PUT and DELETE of an entity, on
+# either path), and what reads such a body on aiohttp's.
+BodyHandler = Callable[[Params, Body], Awaitable[Reply]]
+BodyReader = Callable[[web.BaseRequest, Params], Awaitable[Body]]
 # (operation, HTTP status, seconds): one client request answered, for the metrics.
 Observer = Callable[[str, int, float], None]
 
@@ -97,6 +116,19 @@ class PayloadTooLarge(Exception):
     """The body is over the node's limit; the message is the reason sent back with 413."""
 
 
+class Refused(Exception):
+    """The request is answered `reply` before its body is read (over the byte budget)."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.body)
+        self.reply = reply
+
+
+def too_slow(exc: BodyTooSlow) -> Reply:
+    """A body cut for falling behind the minimum rate: 408, and the connection closes."""
+    return Reply(408, f"Request Timeout: {exc}\n".encode(), TEXT_PLAIN, close=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     handlers: dict[str, Handler]  # by method
@@ -105,8 +137,13 @@ class Route:
     counted: bool = True
     # Method -> the operation's name in the metrics (counted routes only).
     operations: dict[str, str] = field(default_factory=dict)
-    # Method -> the handler the lean protocol calls instead, when it has the whole body.
+    # Method -> the handler called once the request's body has come whole: by the lean
+    # protocol, and by aiohttp's after `read_body` (methods with a body to read).
     whole_body: dict[str, BodyHandler] = field(default_factory=dict)
+    read_body: dict[str, BodyReader] = field(default_factory=dict)
+
+    def allowed(self) -> str:
+        return ", ".join(sorted(set(self.handlers) | set(self.read_body)))
 
 
 class HttpServer:
@@ -128,15 +165,17 @@ class HttpServer:
         """aiohttp's handler of every request."""
         path, _, query = request.raw_path.partition("?")
         route = self._routes.get(path)
+        method = request.method
         if route is None:
             answer: Answer = plain(400, f"Bad Request: no such path {path[:200]}")
-        elif (handler := route.handlers.get(request.method)) is None:
-            allow = ", ".join(sorted(route.handlers))
-            answer = plain(405, f"Method Not Allowed: {request.method}", {"Allow": allow})
-        else:
+        elif (read := route.read_body.get(method)) is not None:
             answer = await self.serve(
-                route, request.method, path, lambda params: handler(request, params), query
+                route, method, path, route.whole_body[method], query, lambda p: read(request, p)
             )
+        elif (handler := route.handlers.get(method)) is None:
+            answer = plain(405, f"Method Not Allowed: {method}", {"Allow": route.allowed()})
+        else:
+            answer = await self.serve(route, method, path, lambda p, _: handler(request, p), query)
         return answer.response() if isinstance(answer, Reply) else answer
 
     def whole_body_routes(self) -> dict[str, set[str]]:
@@ -145,46 +184,61 @@ class HttpServer:
             path: set(route.whole_body) for path, route in self._routes.items() if route.whole_body
         }
 
-    async def serve_whole_body(
-        self, method: str, path: str, query: str, body: bytes | PendingBody
-    ) -> Answer:
+    async def serve_whole_body(self, method: str, path: str, query: str, body: bytes) -> Answer:
         """The lean protocol's handler: `path` has a route with a `whole_body` handler
-        for `method`."""
+        for `method`, and `body` came whole."""
         route = self._routes[path]
-        handler = route.whole_body[method]
-        return await self.serve(route, method, path, lambda params: handler(params, body), query)
+        return await self.serve(route, method, path, route.whole_body[method], query, body=body)
 
     async def serve(
         self,
         route: Route,
         method: str,
         path: str,
-        call: Callable[[Params], Awaitable[Answer]],
+        call: Callable[[Params, Body], Awaitable[Answer]],
         query: str,
+        read: Callable[[Params], Awaitable[Body]] | None = None,
+        body: bytes = b"",
     ) -> Answer:
-        """One request to `route`: the in-flight bound and the fence for client work,
-        the metrics, and every error as a one-line answer."""
-        if not route.counted:
-            return await self._call(method, path, call, query)
+        """One request to `route`, its body `body` or what `read` reads: the in-flight
+        bound and the fence for client work, the metrics, and every error as a one-line
+        answer. A body on its way is not counted in flight (SPEC.md rule 7.10): clients
+        that announce bodies and send them slowly hold no one else's place."""
         started = time.perf_counter()
+        if not route.counted:
+            return await self._call(method, path, query, lambda params: call(params, NO_BODY))
         if self.fenced is not None:
             answer: Answer = plain(503, f"Unavailable: {self.fenced}")
-        elif self.in_flight >= self.max_in_flight:
-            self.refused += 1
-            answer = plain(503, "Overloaded", {"Retry-After": "1"})
         else:
-            self.in_flight += 1
-            try:
-                answer = await self._call(method, path, call, query)
-            finally:
-                self.in_flight -= 1
+            answer = await self._call(
+                method, path, query, lambda params: self._counted(call, params, read, body)
+            )
         if self._observe is not None:
             operation = route.operations.get(method, method.lower())
             self._observe(operation, answer.status, time.perf_counter() - started)
         return answer
 
+    async def _counted(
+        self,
+        call: Callable[[Params, Body], Awaitable[Answer]],
+        params: Params,
+        read: Callable[[Params], Awaitable[Body]] | None,
+        data: bytes,
+    ) -> Answer:
+        body = await read(params) if read is not None else Body(data) if data else NO_BODY
+        if self.in_flight >= self.max_in_flight:
+            body.release()
+            self.refused += 1
+            return plain(503, "Overloaded", {"Retry-After": "1"})
+        self.in_flight += 1
+        try:
+            return await call(params, body)
+        finally:
+            self.in_flight -= 1
+            body.release()  # unless the handler took what it held
+
     async def _call(
-        self, method: str, path: str, call: Callable[[Params], Awaitable[Answer]], query: str
+        self, method: str, path: str, query: str, call: Callable[[Params], Awaitable[Answer]]
     ) -> Answer:
         try:
             return await call(query_params(query))
@@ -193,6 +247,10 @@ class HttpServer:
         except (PayloadTooLarge, web.HTTPRequestEntityTooLarge) as exc:
             reason = exc if isinstance(exc, PayloadTooLarge) else "body over the size limit"
             return plain(413, f"Payload Too Large: {reason}")
+        except Refused as exc:
+            return exc.reply
+        except BodyTooSlow as exc:
+            return too_slow(exc)
         except Exception as exc:
             self.errors += 1
             target = f"{path}?{query}" if query else path

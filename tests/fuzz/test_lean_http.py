@@ -14,7 +14,9 @@ keep-alive decision, neither upgraded, chunked nor compressed; every proper pref
 those bytes makes the lean parser wait for more until the head is whole, and take the
 same request from then on; and whatever follows it does not change where it ends. Nor
 does the lean parser wait for more after a head a client has ended (with any line ends)
-that llhttp refuses: aiohttp answers that one 400 at once.
+that llhttp refuses: aiohttp answers that one 400 at once. And a slow sender, its bytes
+coming in pieces that one `HeadScan` follows as a connection's does, gets after each
+piece what the bytes so far would get at once.
 
 No node and no socket: both parsers are fed the same bytes in the test process.
 DHT_FUZZ_EXAMPLES scales the examples (dht/conformance/fuzz/budget.py).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import re
 import string
 import time
@@ -48,6 +51,7 @@ from dht.web.lean_parse import (
     MAX_HEADER_BYTES,
     MAX_HEADERS,
     HandOff,
+    HeadScan,
     LeanParser,
     LeanRequest,
 )
@@ -545,6 +549,31 @@ def fuzzed(draw: st.DrawFn) -> bytes:
     return data
 
 
+def assert_a_slow_sender_gets_the_same(data: bytes, pieces: list[int]) -> None:
+    """`data` comes in pieces of `pieces`' sizes, then the rest at once, into one buffer
+    that one HeadScan follows (SPEC.md rule 7.11: the parser goes on where it stopped):
+    after each piece the parser says what it says of all the bytes so far at once, up to
+    the first piece after which it no longer waits."""
+    scan = HeadScan()
+    cuts = [cut for cut in itertools.accumulate(pieces) if cut < len(data)] + [len(data)]
+    buffer = bytearray()
+    for cut in cuts:
+        buffer += data[len(buffer) : cut]
+        try:
+            request = LEAN.parse(buffer, scan)
+        except HandOff:
+            piecewise: Outcome = "hand off"
+        else:
+            piecewise = "wait" if request is None else request
+        at_once = lean(data[:cut])
+        assert describe(piecewise) == describe(at_once), (
+            f"after {cut} bytes, ending {data[max(0, cut - 60) : cut]!r}, in pieces"
+            f" {pieces[:20]}: {describe(piecewise)}, at once: {describe(at_once)}"
+        )
+        if piecewise != "wait":
+            return
+
+
 # -- the properties -----------------------------------------------------------------------
 
 
@@ -583,6 +612,14 @@ def test_a_plain_request_is_taken_and_alike(
     assert outcome.length == len(request.body)
     assert_llhttp_agrees(parser_loop, data, outcome)
     assert_prefixes_wait(data)
+
+
+@raw_request_settings(2)
+@given(data=fuzzed(), pieces=st.lists(st.integers(1, 64), max_size=80))
+def test_a_slow_sender_gets_what_its_bytes_would_get_at_once(
+    data: bytes, pieces: list[int]
+) -> None:
+    assert_a_slow_sender_gets_the_same(data, pieces)
 
 
 @raw_request_settings(1)
@@ -725,6 +762,9 @@ def test_a_request_at_the_limits_is_waited_for_in_every_prefix(whole: bytes) -> 
     outcome = lean(whole)
     assert isinstance(outcome, LeanRequest), describe(outcome)
     assert_prefixes_wait(whole)
+    # Sent slowly: a piece of odd size at a time, the last hundred bytes one by one.
+    pieces = [997] * ((len(whole) - 100) // 997)
+    assert_a_slow_sender_gets_the_same(whole, pieces + [1] * (len(whole) - sum(pieces)))
 
 
 # -- the checks can fail ------------------------------------------------------------------

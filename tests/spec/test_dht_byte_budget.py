@@ -55,7 +55,8 @@ def test_a_put_past_the_byte_budget_gets_503_before_its_body_is_sent(
     first.sendall(b"x" * 1000)  # admitted and being read: its 80,000 bytes are held
     assert wait_for(lambda: in_flight(node), lambda held: held > 0) == 80_000
 
-    second = start_put(node, "second", 40_000)  # the head only: no body at all
+    # The head only, no body at all; over the lean path's 64 KiB, so weighed by its head.
+    second = start_put(node, "second", 70_000)
     refused = answer(second)
     assert refused.startswith(b"HTTP/1.1 503"), refused[:80]
     assert b"Retry-After: 1" in refused and b"Overloaded" in refused

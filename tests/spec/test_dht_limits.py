@@ -137,26 +137,33 @@ def test_keys_are_exact_bytes_so_invalid_utf8_ids_never_share_a_record(node: Nod
 
 @rule("7.6")
 def test_node_past_its_in_flight_bound_answers_503_at_once(start_cluster: ClusterFactory) -> None:
-    node = start_cluster(1, ["--max-in-flight", "1"])[0]
-    with socket.create_connection((HOST, node.port), timeout=10.0) as slow:
-        # A PUT whose body is still on its way holds the only slot until it is complete.
-        slow.sendall(
-            b"PUT /v0/entity?id=slow HTTP/1.1\r\nHost: dht\r\nConnection: close\r\n"
-            b"Content-Length: 2\r\n\r\nx"
-        )
+    node, paused = start_cluster(
+        2, ["--max-in-flight", "1", "--timeout", "3", "--breaker-threshold", "100"]
+    )
+    assert node.put("held", b"xy").status == 201
+    paused.pause()
+    try:
+        with socket.create_connection((HOST, node.port), timeout=10.0) as holder:
+            # A 2/2 GET waits for the paused replica: it holds the only slot until
+            # --timeout. (A body on its way holds none: rule 7.10.)
+            holder.sendall(
+                b"GET /v0/entity?id=held&replicas=2/2 HTTP/1.1\r\nHost: dht\r\n"
+                b"Connection: close\r\n\r\n"
+            )
 
-        def timed_get() -> tuple[float, Response]:
-            started = time.monotonic()
-            response = node.get("other")
-            return time.monotonic() - started, response
+            def timed_get() -> tuple[float, Response]:
+                started = time.monotonic()
+                response = node.get("other")
+                return time.monotonic() - started, response
 
-        elapsed, refused = wait_for(timed_get, lambda answer: answer[1].status == 503)
-        assert refused.header("Retry-After"), refused.headers
-        assert elapsed < 0.5, f"503 took {elapsed:.3f}s"
-        slow.sendall(b"y")
-        reply = b"".join(iter(lambda: slow.recv(65536), b""))
-    assert reply.startswith(b"HTTP/1.1 201"), reply
-    assert node.get("slow").body == b"xy"
+            elapsed, refused = wait_for(timed_get, lambda answer: answer[1].status == 503)
+            assert refused.header("Retry-After"), refused.headers
+            assert elapsed < 0.5, f"503 took {elapsed:.3f}s"
+            reply = b"".join(iter(lambda: holder.recv(65536), b""))
+    finally:
+        paused.resume()
+    assert reply.startswith(b"HTTP/1.1 504"), reply
+    assert node.get("held").body == b"xy"
 
 
 MALFORMED = {

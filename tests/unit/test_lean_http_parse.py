@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from dht.config import NodeConfig, request_line_limit
 from dht.web import lean_http
+from dht.web.admission import BodyPace
 from dht.web.lean_http import SERVER, LeanHttp
 from dht.web.lean_parse import (
     MAX_BODY,
@@ -31,13 +32,13 @@ from dht.web.lean_parse import (
     LeanParser,
     LeanRequest,
 )
-from dht.web.server import Answer, PendingBody, Reply
+from dht.web.server import Answer, Reply
 
 # A node's: a key percent-encoded in the request line, and the rest (dht/node.py).
 MAX_LINE = request_line_limit(NodeConfig.max_key_bytes)
 
 
-async def _never_served(method: str, path: str, query: str, body: bytes | PendingBody) -> Answer:
+async def _never_served(method: str, path: str, query: str, body: bytes) -> Answer:
     raise AssertionError("nothing is served here")
 
 
@@ -47,7 +48,11 @@ def _never_handed_off() -> RequestHandler:
 
 def lean() -> LeanHttp:
     return LeanHttp(
-        {"/v0/entity": {"GET", "PUT", "DELETE"}}, _never_served, _never_handed_off, MAX_LINE
+        {"/v0/entity": {"GET", "PUT", "DELETE"}},
+        _never_served,
+        _never_handed_off,
+        MAX_LINE,
+        BodyPace(NodeConfig.min_body_rate),
     )
 
 
