@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(set(args.nodes)) != len(args.nodes):
             parser.error("--node lists a node twice")
         from dht.testbed.cockpit import CockpitConfig, run_cockpit
+        from dht.testbed.cockpit_access import TOKEN_ENVIRONMENT, new_token
         from dht.testbed.cockpit_faults import ControlAccess
 
         control = None
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                 control=control,
                 probe_rate=args.probe_rate,
                 runs=runs.resolve(),
+                # Given by `cluster`, or by whoever wants a token of their own; else new.
+                token=os.environ.get(TOKEN_ENVIRONMENT) or new_token(),
+                show_token=not os.environ.get(TOKEN_ENVIRONMENT),
             )
         )
     if args.command == "membership":

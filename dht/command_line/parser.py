@@ -200,7 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=8079,
         help="port of the live dashboard (the cockpit: nodes up or down, ring shares, "
         "breakers, hints, request and error rates, p99 latency, and with --chaos buttons "
-        "to cut, slow and heal links), on --host; 0 turns it off (default %(default)s)",
+        "to cut, slow and heal links), on --host; 0 turns it off (default %(default)s). "
+        "It serves only whoever holds its token: open the URL with ?token= that "
+        "`cluster` prints (also kept in DATA_DIR/cluster.json)",
     )
     add_probe_flag(cluster)
     add_node_flags(cluster, "shared")
@@ -291,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
         "request rate, error rate and p99 latency from each node's /metrics; with "
         "--toxiproxy also every link of the chaos test bed, with buttons to cut, slow, "
         "isolate and heal. `cluster` starts one on --dashboard-port; this runs one on its "
-        "own, for nodes started some other way.",
+        "own, for nodes started some other way. It serves only whoever holds its token, "
+        "as a Jupyter server does: open the URL with ?token= it prints (scripts send "
+        "Authorization: Bearer TOKEN); the token is new at each start, unless given in "
+        "the environment as DHT_COCKPIT_TOKEN.",
     )
     cockpit.add_argument(
         "--port", type=port_number, default=8079, help="port to serve on (default %(default)s)"

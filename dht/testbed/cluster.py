@@ -35,6 +35,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from dht.testbed.certificates import LocalCA
+from dht.testbed.cluster_control import CONTROL_FILE
+from dht.testbed.cockpit_access import new_token, page_url
 from dht.testbed.local_cluster import LocalCluster
 from dht.testbed.node_processes import (
     START_DEADLINE,
@@ -111,9 +113,14 @@ def run_cluster(args: argparse.Namespace) -> int:
             wait_until_serving(url, process, deadline)
         cluster.serve_control()  # first: the dashboard asks it for process faults
         if args.dashboard_port:
+            # The cockpit acts for whoever holds this token: the one who opens the URL
+            # printed below, which cluster.json (this user's only) keeps as well.
+            token = new_token()
             dashboard = start_dashboard(
-                args, urls, links.api_url if links else None, cluster.control is not None
+                args, urls, links.api_url if links else None, cluster.control is not None, token
             )
+            if dashboard is not None:
+                cluster.note_cockpit(page_url(args.host, args.dashboard_port, token))
         if args.node_command is None:
             print(f"dht cluster of {len(urls)} nodes is up; data in {args.data_dir.resolve()}")
         else:
@@ -131,7 +138,9 @@ def run_cluster(args: argparse.Namespace) -> int:
                 "... remove URL removes one"
             )
         if dashboard is not None:
-            print(f"dashboard: http://{args.host}:{args.dashboard_port}/")
+            print(f"dashboard: {cluster.cockpit}")
+            if cluster.control is not None:
+                print(f"  (its token, for you only, is also in {args.data_dir / CONTROL_FILE})")
         print("Ctrl-C stops every node.", flush=True)
         while True:
             cluster.start_waiting()

@@ -24,16 +24,16 @@ Routes:
     POST /experiment/start|stop         the record switch
     GET  /runs/{folder}/{file}          a recorded experiment's files (plot, summary, ...)
 
-Every POST and DELETE needs the header X-Cockpit: 1 and a Host naming this server.
+Every route needs the cockpit's token (cockpit_access.py): the cookie that opening the
+URL `cluster` prints sets, `Authorization: Bearer TOKEN` or `?token=TOKEN`. Every POST and
+DELETE also needs the header X-Cockpit: 1 and a Host naming this server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -52,6 +52,7 @@ from dht.history.run_folder import (
     RUN_FILE,
     SUMMARY_FILE,
 )
+from dht.testbed.cockpit_access import CockpitAccess, new_token, page_url
 from dht.testbed.cockpit_faults import (
     PROCESS_ACTIONS,
     ControlAccess,
@@ -70,12 +71,6 @@ NODE_TIMEOUT = aiohttp.ClientTimeout(total=1.0)
 # Toxiproxy's /reset and toxic removal can hang for 25 s before answering 503
 # (Shopify/toxiproxy#558), so its calls get longer than that, and the page says so.
 TOXIPROXY_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
-# The header the page sends with every change to Toxiproxy. Another web page cannot set
-# it on a cross-origin request without a CORS preflight, which this server never grants,
-# so a page on the internet cannot cut the links of a cluster on localhost.
-ACTION_HEADER = "X-Cockpit"
-_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _NODE_PATHS = "v0/status|metrics"
 _RUN_FILES = frozenset({PLOT_FILE, SUMMARY_FILE, HISTORY_FILE, FAULTS_FILE, FINAL_FILE, RUN_FILE})
 
@@ -96,6 +91,11 @@ class CockpitConfig:
     # The probe load's operations a second, over every node; 0: none (and no recording).
     probe_rate: float = 5.0
     runs: Path = field(default_factory=lambda: Path.cwd() / "artifacts" / "cockpit-runs")
+    # What a request must prove it holds (cockpit_access.py); a fresh one unless given.
+    token: str = field(default_factory=new_token, repr=False)
+    # Whether the line that says where it serves shows the token: `cluster` gives the
+    # token and prints the URL itself.
+    show_token: bool = True
 
 
 def node_names(count: int) -> list[str]:
@@ -121,6 +121,7 @@ class Cockpit:
         self.config = config
         self.names = node_names(len(config.nodes))
         self.page = load_page()
+        self.access = CockpitAccess(config.host, config.port, config.token)
         self._session: aiohttp.ClientSession | None = None
         self.timeline = FaultTimeline()
         self.probe = Probe(list(config.nodes), config.probe_rate)
@@ -156,7 +157,7 @@ class Cockpit:
             await self._session.close()
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.access.middleware])
         app.cleanup_ctx.append(self.session_context)
         app.router.add_get("/", self.index, allow_head=False)
         app.router.add_get("/cockpit.json", self.manifest, allow_head=False)
@@ -217,13 +218,13 @@ class Cockpit:
             raise web.HTTPNotFound(
                 text="no Toxiproxy: start the cluster with --chaos to get the link controls\n"
             )
-        if not self._local_request(request):
+        if not self.access.names_this_server(request):
             raise web.HTTPForbidden(
                 text=f"the cockpit serves the Toxiproxy API to {self.config.host} only, "
                 f"not to Host {request.host}\n"
             )
         if request.method != "GET":
-            self._check_action(request)
+            self.access.check_action(request)
         # The raw (still percent-encoded) path and query, so a name reaches Toxiproxy as
         # the page wrote it.
         raw = request.rel_url.raw_path_qs[len("/toxiproxy") :]
@@ -243,20 +244,6 @@ class Cockpit:
             if answer.status < 300:
                 note_link_change(self.timeline, request.method, raw, body or b"")
         return answer
-
-    def _check_action(self, request: web.Request) -> None:
-        """A change is made only by the page: it sends ACTION_HEADER, which another web
-        page cannot without a CORS preflight, and a Host naming this server."""
-        if not self._local_request(request):
-            raise web.HTTPForbidden(
-                text=f"the cockpit takes changes from {self.config.host} only, "
-                f"not from Host {request.host}\n"
-            )
-        if request.headers.get(ACTION_HEADER) != "1":
-            raise web.HTTPForbidden(
-                text=f"a change needs the header {ACTION_HEADER}: 1 (the cockpit page "
-                "sends it), so that other web pages cannot make one\n"
-            )
 
     # -- process faults, the timeline, the probe and recorded experiments ------------------
 
@@ -278,7 +265,7 @@ class Cockpit:
 
     async def process_action(self, request: web.Request) -> web.Response:
         processes = self._control()
-        self._check_action(request)
+        self.access.check_action(request)
         index = self._index(request)
         action = request.match_info["action"]
         if action not in PROCESS_ACTIONS:
@@ -301,7 +288,7 @@ class Cockpit:
         return web.json_response(self.experiment.as_json(), headers={"Cache-Control": "no-store"})
 
     async def record(self, request: web.Request) -> web.Response:
-        self._check_action(request)
+        self.access.check_action(request)
         try:
             if request.match_info["switch"] == "start":
                 self.experiment.start()
@@ -320,22 +307,6 @@ class Cockpit:
         if not path.is_file():
             raise web.HTTPNotFound(text=f"{folder} has no {name}\n")
         return web.FileResponse(path, headers={"Cache-Control": "no-store"})
-
-    def _local_request(self, request: web.Request) -> bool:
-        """Whether the Host header names this server. A DNS-rebinding page would send its
-        own host name, and gets nothing: on a wildcard address, the Host must be an IP
-        address (no name to rebind), a loopback name or this machine's name."""
-        try:
-            hostname = (URL(f"http://{request.host}").host or "").strip("[]")
-        except ValueError:  # a Host header that is no host at all
-            return False
-        if self.config.host in _WILDCARD_HOSTS:
-            try:
-                ipaddress.ip_address(hostname)
-                return True
-            except ValueError:
-                return hostname in _LOOPBACK_NAMES | {socket.gethostname(), socket.getfqdn()}
-        return hostname in _LOOPBACK_NAMES | {self.config.host}
 
     async def _forward(
         self,
@@ -398,7 +369,12 @@ async def serve(config: CockpitConfig) -> None:
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port).start()
-        log.info("dashboard on http://%s:%d/", config.host, config.port)
+        if config.show_token:
+            log.info("dashboard on %s", page_url(config.host, config.port, config.token))
+        else:
+            log.info(
+                "dashboard on http://%s:%d/ (with the token it was given)", config.host, config.port
+            )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -54,6 +54,7 @@ class LocalCluster(NodeFaults, MembershipChanges):
         self.chaos = chaos
         self.toxiproxy: str | None = None  # the API of the --chaos links
         self.token = secrets.token_hex(16)
+        self.cockpit: str | None = None  # the cockpit's URL, with its token
         self.control: ControlServer | None = None
         self.lock = threading.Lock()
         self.urls: list[str] = []  # the members, in the order they came
@@ -219,6 +220,7 @@ class LocalCluster(NodeFaults, MembershipChanges):
             "token": self.token,
             "chaos": self.chaos,
             "toxiproxy": self.toxiproxy,
+            "cockpit": self.cockpit,
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / CONTROL_FILE
@@ -228,6 +230,13 @@ class LocalCluster(NodeFaults, MembershipChanges):
             json.dump(data, file, indent=2)
             file.write("\n")
         os.replace(temporary, path)
+
+    def note_cockpit(self, url: str) -> None:
+        """Keeps the cockpit's URL and token in cluster.json, where its owner finds it."""
+        with self.lock:
+            self.cockpit = url
+            if self.control is not None:
+                self._write_control_file()
 
     def _stop_control(self) -> None:
         if self.control is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dht.config import node_settings, url_port
+from dht.testbed.cockpit_access import TOKEN_ENVIRONMENT
 from dht.testbed.namespaces import stop_processes
 from dht.testbed.node_template import node_argv
 
@@ -112,12 +114,24 @@ def dashboard_command(
 
 
 def start_dashboard(
-    args: argparse.Namespace, urls: list[str], toxiproxy: str | None, controlled: bool
+    args: argparse.Namespace,
+    urls: list[str],
+    toxiproxy: str | None,
+    controlled: bool,
+    token: str,
 ) -> subprocess.Popen[bytes] | None:
-    """Starts the cockpit and waits until it answers; None, with the reason logged, if it
-    does not. The dashboard is a convenience: a taken port must not stop the cluster."""
+    """Starts the cockpit, which acts only for whoever holds `token`, and waits until it
+    answers; None, with the reason logged, if it does not. The dashboard is a
+    convenience: a taken port must not stop the cluster. The token travels in the
+    environment: argv is in the process list, for every user of the machine to read."""
     url = f"http://{args.host}:{args.dashboard_port}"
-    process = subprocess.Popen(dashboard_command(args, urls, toxiproxy, controlled))
+    process = subprocess.Popen(
+        dashboard_command(args, urls, toxiproxy, controlled),
+        env=os.environ | {TOKEN_ENVIRONMENT: token},
+    )
+    ready = urllib.request.Request(
+        url + "/cockpit.json", headers={"Authorization": f"Bearer {token}"}
+    )
     deadline = time.monotonic() + DASHBOARD_DEADLINE
     try:
         while time.monotonic() < deadline:
@@ -129,7 +143,7 @@ def start_dashboard(
                 )
                 return None
             try:
-                with urllib.request.urlopen(url + "/cockpit.json", timeout=0.5) as response:
+                with urllib.request.urlopen(ready, timeout=0.5) as response:
                     if response.status == 200:
                         return process
             except (urllib.error.URLError, OSError):

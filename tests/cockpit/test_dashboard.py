@@ -50,8 +50,27 @@ class RunningCluster:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def page(self) -> str:
+        """The dashboard's URL as the command printed it, with its token."""
+        match = re.search(r"dashboard: (http://\S+)", self.output())
+        assert match, self.output()
+        return match.group(1)
+
+    @property
+    def token(self) -> str:
+        return self.page.partition("?token=")[2]
+
     def get(self, path: str, **kwargs: Any) -> Response:
-        return request("GET", self.dashboard + path, **kwargs)
+        return self.ask("GET", path, **kwargs)
+
+    def ask(self, method: str, path: str, body: bytes | None = None, **kwargs: Any) -> Response:
+        """A request to the dashboard with its token, as `curl -H 'Authorization:
+        Bearer TOKEN'` sends it; X-Cockpit: 1 with a change, as the page sends it."""
+        headers = {"Authorization": f"Bearer {self.token}"} | kwargs.pop("headers", {})
+        if method != "GET":
+            headers = {"X-Cockpit": "1"} | headers
+        return request(method, self.dashboard + path, body, headers=headers, **kwargs)
 
     @property
     def toxiproxy_api(self) -> str:
@@ -144,7 +163,7 @@ def test_cluster_serves_the_cockpit_as_a_reverse_proxy_to_its_nodes_and_toxiprox
     chaos_cluster: RunningCluster,
 ) -> None:
     cluster = chaos_cluster
-    assert f"dashboard: {cluster.dashboard}/" in cluster.output()
+    assert re.search(rf"dashboard: {cluster.dashboard}/\?token=[\w-]{{32}}\n", cluster.output())
 
     page = cluster.get("/")
     assert page.status == 200, page
@@ -174,7 +193,7 @@ def test_cluster_serves_the_cockpit_as_a_reverse_proxy_to_its_nodes_and_toxiprox
     assert b"nodes 0 to 2" in cluster.get("/nodes/3/v0/status").body
     # Only the two read-only paths of a node, and only GET.
     assert cluster.get("/nodes/0/v0/entity?id=k").status == 404
-    assert request("POST", cluster.dashboard + "/nodes/0/v0/status", b"").status == 405
+    assert cluster.ask("POST", "/nodes/0/v0/status", b"").status == 405
 
     proxies = cluster.get("/toxiproxy/proxies")
     assert proxies.status == 200, proxies
@@ -183,7 +202,7 @@ def test_cluster_serves_the_cockpit_as_a_reverse_proxy_to_its_nodes_and_toxiprox
     assert all(proxy["enabled"] for proxy in listed.values())
     assert cluster.get("/toxiproxy/proxies/no-such-link").status == 404
     # A change needs the page's header, so another web page cannot make one.
-    refused = request("POST", cluster.dashboard + "/toxiproxy/reset", b"")
+    refused = cluster.ask("POST", "/toxiproxy/reset", b"", headers={"X-Cockpit": "0"})
     assert refused.status == 403, refused
     assert b"X-Cockpit" in refused.body
 
@@ -216,10 +235,21 @@ def test_the_cluster_runs_on_when_its_dashboard_port_is_taken(tmp_path: Path) ->
             assert cluster.process.poll() is None
 
 
+@dataclass
+class RunningCockpit:
+    dashboard: str  # http://127.0.0.1:PORT, no trailing slash
+    page: str  # the URL it printed, with the token it made
+
+    def get(self, path: str, **kwargs: Any) -> Response:
+        bearer = {"Authorization": f"Bearer {self.page.partition('?token=')[2]}"}
+        return request("GET", self.dashboard + path, headers=bearer, **kwargs)
+
+
 @contextlib.contextmanager
-def running_cockpit(folder: Path, *nodes: str) -> Iterator[str]:
-    """`python -m dht cockpit --node ...` on a free port; yields its URL. Stopped with
-    SIGTERM at the end, which it must take with exit code 0."""
+def running_cockpit(folder: Path, *nodes: str) -> Iterator[RunningCockpit]:
+    """`python -m dht cockpit --node ...` on a free port; yields its URL and the URL
+    with the token it printed. Stopped with SIGTERM at the end, which it must take with
+    exit code 0."""
     port = free_port()
     command = [sys.executable, "-m", "dht", "cockpit", "--port", str(port)]
     for url in nodes:
@@ -228,8 +258,11 @@ def running_cockpit(folder: Path, *nodes: str) -> Iterator[str]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for_answer(f"http://{HOST}:{port}/cockpit.json", process)
-        yield f"http://{HOST}:{port}"
+        refused = wait_for_answer(f"http://{HOST}:{port}/cockpit.json", process)
+        assert refused.status == 403, refused  # no token, no answer
+        match = re.search(rf"dashboard on (http://{HOST}:{port}/\?token=\S+)", log_path.read_text())
+        assert match, log_path.read_text()
+        yield RunningCockpit(f"http://{HOST}:{port}", match.group(1))
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -251,18 +284,18 @@ def test_the_cockpit_command_answers_502_for_a_node_that_does_not_answer(
         hung_socket.listen()
         hung = f"http://{HOST}:{hung_socket.getsockname()[1]}"
         with running_cockpit(tmp_path, refused, hung) as cockpit:
-            manifest = json.loads(request("GET", cockpit + "/cockpit.json").body)
+            manifest = json.loads(cockpit.get("/cockpit.json").body)
             assert manifest["nodes"] == [
                 {"name": "node1", "url": refused},
                 {"name": "node2", "url": hung},
             ]
-            answer = request("GET", cockpit + "/nodes/0/v0/status")
+            answer = cockpit.get("/nodes/0/v0/status")
             assert answer.status == 502, answer
             reason = answer.text.strip()
             assert "\n" not in reason, reason
             assert reason.startswith(f"node1 ({refused}) refused the connection"), reason
 
-            answer = request("GET", cockpit + "/nodes/1/metrics")
+            answer = cockpit.get("/nodes/1/metrics")
             assert answer.status == 502, answer
             assert answer.text.strip() == f"node2 ({hung}) did not answer within 1 s"
             assert 0.9 < answer.seconds < 3.0, answer
@@ -392,7 +425,7 @@ def test_the_page_shows_the_cluster_and_cuts_slows_and_heals_links(
     chaos_cluster: RunningCluster, browser: Any
 ) -> None:
     cluster, driver = chaos_cluster, browser
-    driver.get(cluster.dashboard + "/")
+    driver.get(cluster.page)
     for name in ("node1", "node2", "node3"):
         wait_until(
             driver,
@@ -445,7 +478,7 @@ def test_the_page_shows_the_cluster_and_cuts_slows_and_heals_links(
 
     with Traffic(cluster.node_urls) as traffic:
         wait_until(driver, lambda d: traffic.sent >= 300, "300 requests sent")
-        metrics = request("GET", cluster.dashboard + "/nodes/0/metrics").status
+        metrics = cluster.get("/nodes/0/metrics").status
         if metrics == 200:
             wait_until(
                 driver,
@@ -491,7 +524,7 @@ def test_the_page_isolates_a_node_and_shows_api_errors(
     chaos_cluster: RunningCluster, browser: Any
 ) -> None:
     cluster, driver = chaos_cluster, browser
-    driver.get(cluster.dashboard + "/")
+    driver.get(cluster.page)
     wait_until(
         driver,
         lambda d: attribute(d, '[data-link="node3-to-node1"]', "data-state") == "enabled",
@@ -562,7 +595,7 @@ def test_the_page_shows_a_node_down_and_one_without_metrics_and_goes_on(
     with running_cluster(tmp_path / "cluster", 1, "--no-metrics") as cluster:
         down = f"http://{HOST}:{free_port()}"
         with running_cockpit(tmp_path, cluster.node_urls[0], down) as cockpit:
-            driver.get(cockpit + "/")
+            driver.get(cockpit.page)
             wait_until(
                 driver,
                 lambda d: int(d.execute_script("return document.body.dataset.refreshes")) >= 3,
@@ -624,7 +657,7 @@ def test_the_page_computes_rates_and_p99_as_prometheus_does(
     chaos_cluster: RunningCluster, browser: Any
 ) -> None:
     driver = browser
-    driver.get(chaos_cluster.dashboard + "/")
+    driver.get(chaos_cluster.page)
     wait_until(driver, lambda d: d.execute_script("return Boolean(window.cockpit)"), "the page")
     before = scrape(
         {("get", "200"): 30, ("put", "201"): 10, ("put", "503"): 1},

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dht.conformance.http_client import request
 from dht.conformance.rules import rule
 from dht.history.checker import check
 from dht.history.run_folder import read_run
@@ -70,7 +69,7 @@ def stop_recording(driver: Any) -> dict[str, str]:
 
 
 def open_page(driver: Any, cluster: RunningCluster) -> None:
-    driver.get(cluster.dashboard + "/")
+    driver.get(cluster.page)
     driver.execute_script("window.confirm = () => true")  # the wipe button asks first
     for name in ("node1", "node2", "node3"):
         wait_for_process(driver, name, "running")
@@ -112,7 +111,7 @@ def test_an_experiment_recorded_on_the_naive_node_shows_its_lost_writes(
         faults = (tmp_path / "data" / "runs" / result["folder"] / "faults.jsonl").read_text()
         for label in ("kill -9 node3", "restart node3", "wipe node1", "wipe node2"):
             assert label in faults, faults
-        plot = request("GET", f"{cluster.dashboard}/{result['plot']}")
+        plot = cluster.get(f"/{result['plot']}")
         assert plot.status == 200 and plot.body.startswith(b"\x89PNG"), plot
         driver.set_window_size(1300, 1300)
         SCREENSHOT.parent.mkdir(exist_ok=True)

@@ -80,7 +80,7 @@ def test_the_page_kills_pauses_and_restarts_nodes_and_shows_each_on_the_timeline
         for key in KEYS:  # on every replica
             answer = request("PUT", entity_url(node1, key, "3/3"), f"kept {key}".encode())
             assert answer.status == 201, answer
-        driver.get(cluster.dashboard + "/")
+        driver.get(cluster.page)
         for name in ("node1", "node2", "node3"):
             wait_for_process(driver, name, "running")
 
@@ -153,12 +153,7 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
         wait_for_output(cluster, f"node {victim['url']} exited with code -9")
         faults = wait_timeline(cluster, lambda faults: bool(faults))
         assert faults[0]["label"] == "node2 exited (code -9)" and faults[0]["ongoing"], faults
-        answer = request(
-            "POST",
-            cluster.dashboard + "/processes/1/restart",
-            headers={"X-Cockpit": "1"},
-            timeout=60.0,
-        )
+        answer = cluster.ask("POST", "/processes/1/restart", timeout=60.0)
         assert answer.status == 200, answer
         faults = wait_timeline(
             cluster, lambda faults: len(faults) == 2 and not faults[-1]["ongoing"]
@@ -190,11 +185,9 @@ def test_a_node_killed_from_a_terminal_is_on_the_timeline_until_its_restart(
                     faults[0]["label"] == "pause node2" and faults[0]["ongoing"] is ongoing
                 ),
             )
-        refused = request("POST", cluster.dashboard + "/processes/1/kill")  # no X-Cockpit
+        refused = cluster.ask("POST", "/processes/1/kill", headers={"X-Cockpit": "0"})
         assert refused.status == 403, refused
-        refused = request(
-            "POST", cluster.dashboard + "/experiment/start", headers={"X-Cockpit": "1"}
-        )
+        refused = cluster.ask("POST", "/experiment/start")
         assert refused.status == 409 and b"probe load is off" in refused.body, refused
 
 
@@ -215,8 +208,8 @@ def test_the_clock_skew_toggle_restarts_a_dht_node_skewed_and_back(tmp_path: Pat
     """No browser: the page's skew button is this POST."""
     with running_cluster(tmp_path, 3, "--probe-rate", "0") as cluster:
         node2 = cluster.node_urls[1]
-        skew = cluster.dashboard + "/processes/1/skew"
-        answer = request("POST", skew, headers={"X-Cockpit": "1"}, timeout=60.0)
+        skew = "/processes/1/skew"
+        answer = cluster.ask("POST", skew, timeout=60.0)
         assert answer.status == 200 and b"120 s ahead" in answer.body, answer
         states = json.loads(cluster.get("/processes").body)["nodes"]
         assert [state["clock_skew"] for state in states] == [0.0, 120.0, 0.0]
@@ -225,7 +218,7 @@ def test_the_clock_skew_toggle_restarts_a_dht_node_skewed_and_back(tmp_path: Pat
         assert refused.status != 201, refused
         faults = wait_timeline(cluster, lambda faults: bool(faults))
         assert (faults[0]["label"], faults[0]["ongoing"]) == ("clock of node2 +120 s", True)
-        answer = request("POST", skew, headers={"X-Cockpit": "1"}, timeout=60.0)
+        answer = cluster.ask("POST", skew, timeout=60.0)
         assert answer.status == 200 and b"clock right again" in answer.body, answer
         assert b"stay ahead for up to 120 s more" in answer.body, answer
         node1 = cluster.node_urls[0]

@@ -1,6 +1,7 @@
-"""The cockpit makes a change (a process fault, a link fault, the record switch) only for
-a request that names it in Host: a DNS-rebinding page sends its own name, and on a
-wildcard address only an IP address, a loopback name or this machine's name pass."""
+"""The cockpit makes a change (a process fault, a link fault, the record switch), even
+for the holder of its token, only for a request that names it in Host: a DNS-rebinding
+page sends its own name, and on a wildcard address only an IP address, a loopback name
+or this machine's name pass."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ from dht.testbed.cockpit import CockpitConfig, make_app
 async def test_a_change_needs_a_host_that_names_the_cockpit(
     bind: str, host: str, status: int
 ) -> None:
-    app = make_app(CockpitConfig(nodes=("http://127.0.0.1:9",), host=bind, probe_rate=0))
-    async with TestClient(TestServer(app)) as client:
-        answer = await client.post("/experiment/start", headers={"X-Cockpit": "1", "Host": host})
+    config = CockpitConfig(nodes=("http://127.0.0.1:9",), host=bind, probe_rate=0)
+    token = {"Authorization": f"Bearer {config.token}"}
+    async with TestClient(TestServer(make_app(config))) as client:
+        answer = await client.post(
+            "/experiment/start", headers=token | {"X-Cockpit": "1", "Host": host}
+        )
         assert answer.status == status, await answer.text()
-        unmarked = await client.post("/experiment/start", headers={"Host": "127.0.0.1"})
+        unmarked = await client.post("/experiment/start", headers=token | {"Host": "127.0.0.1"})
         assert unmarked.status == 403
