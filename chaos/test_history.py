@@ -353,6 +353,40 @@ def test_the_expiry_window_widens_by_the_clock_slack() -> None:
     assert not check(history, {"a": None}, clock_slack=0.0).reads_ok
 
 
+# A node 1 s ahead reads a record of another coordinator as expired 1 s early (SPEC.md
+# rule 8.6), and both clocks read whole milliseconds. The history: a DELETE at 2/2, a
+# PUT, a ttl=2 PUT 0.3 s later through another node, then a GET through the node ahead,
+# 1.3 s after the PUT.
+SKEW = 1.0
+
+
+def early_expiry_history(get_invoked: float) -> list[Op]:
+    return [
+        Op(Kind.DELETE, "k", None, 0.0, 0.01, 202, node="node3", replicas="2/2"),
+        Op(Kind.PUT, "k", b"kept", 1.3, 1.31, 201, node="node1"),
+        Op(Kind.PUT, "k", b"expiring", 1.6, 1.61, 201, ttl=2, node="node3"),
+        Op(Kind.GET, "k", None, get_invoked, get_invoked + 0.0006, 404, node="node2"),
+    ]
+
+
+def test_a_read_through_a_clock_ahead_may_find_an_expiry_a_millisecond_short_of_the_skew() -> None:
+    # Answered 999.6 ms after the ttl=2 PUT was invoked: the coordinator read its clock
+    # just before a millisecond ticked, the node ahead just after one, 999.x ms apart.
+    history = early_expiry_history(2.599)
+    assert check(history, {"k": None}, clock_slack=SKEW + CLOCK_SLACK).ok
+    # The skew alone as slack leaves no room for the clocks' milliseconds.
+    report = check(history, {"k": None}, clock_slack=SKEW)
+    assert [stale.missed.value for stale in report.stale_reads] == [b"kept"]
+
+
+def test_a_read_that_misses_a_write_well_before_the_skew_allows_an_expiry_is_stale() -> None:
+    # 950 ms after the ttl=2 PUT: not expired even on a clock 1 s ahead; "kept" or
+    # "expiring" must be seen.
+    report = check(early_expiry_history(2.55), {"k": None}, clock_slack=SKEW + CLOCK_SLACK)
+    assert report.final_state_ok and not report.reads_ok
+    assert [stale.missed.value for stale in report.stale_reads] == [b"kept"]
+
+
 _times = st.floats(min_value=0, max_value=20, allow_nan=False)
 
 

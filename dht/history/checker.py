@@ -205,6 +205,11 @@ def check(
 ) -> Report:
     """Checks `history` against `final` (key -> value, None when the key was absent).
 
+    `clock_slack`: how far apart two writes must be to be ordered, and how far from the
+    write's own window an expiry may be seen: CLOCK_SLACK where the nodes' clocks agree;
+    where one is off by a skew, the skew plus CLOCK_SLACK, never the skew alone (a node
+    ahead sees an expiry the skew and up to a millisecond early, SPEC.md rule 8.6).
+
     `final_at`: when the final state was observed, as (from, to) on the history's clock,
     for every key or per key (expiring writes are judged against it); by default after
     every write expired.

@@ -15,6 +15,8 @@ from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.http_client import entity_url, expect, request, wait_for
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
+from dht.conformance.traffic import attempt
+from dht.history.checker import CLOCK_SLACK, Kind, Op, check
 
 pytestmark = pytest.mark.dht
 
@@ -48,6 +50,47 @@ def test_a_later_put_without_ttl_makes_the_key_permanent_again(node: Node) -> No
     time.sleep(1.5)  # past both expiries: a time to let pass, not a condition to poll
     expect(node.get("control"), 404, context="the control key, 1.5 s after ttl=1")
     expect(node.get("k"), 200, b"permanent")
+
+
+@rule("8.6")
+def test_expiry_is_judged_by_the_clock_of_the_node_that_answers_the_read(
+    start_cluster: ClusterFactory,
+) -> None:
+    """The expiry is a time on the write's coordinator's clock, and each node judges it
+    by its own: through a node 1 s ahead, a ttl=2 record written through another reads
+    as absent 1 s after the write, while the writer still reads it. The history checker,
+    given the skew and its usual 10 ms as slack, takes that read as right."""
+    skew = 1.0
+    cluster = start_cluster(3)
+    ahead = cluster[1]
+    ahead.stop()
+    ahead.extra_args += ["--clock-skew", str(skew)]
+    ahead.start()
+    write = attempt(cluster[0], Kind.PUT, "expiring", b"for 2 s", 5.0, ttl=2, node_name="node1")
+    assert write.status == 201
+
+    def read(node: Node, name: str) -> Op:
+        return attempt(node, Kind.GET, "expiring", None, 5.0, node_name=name)
+
+    reads = [read(ahead, "node2")]
+    while reads[-1].status == 200 and time.monotonic() - write.invoked < 2.0:
+        # Back to back from just before 1 s: the first 404 may then come back less than
+        # 1 s after the PUT was invoked (the millisecond of rule 8.6).
+        if time.monotonic() - write.invoked < 0.98:
+            time.sleep(0.01)
+        reads.append(read(ahead, "node2"))
+    writer = read(cluster[0], "node1")
+    gone = reads[-1]
+    assert reads[0].status == 200 and gone.status == 404, reads
+    assert writer.status == 200, "the writer's clock has 1 s to go"
+    # Never earlier than the skew and a millisecond allow.
+    assert gone.settled_by - write.invoked > 2 - skew - 0.001, (write, gone)
+    final = wait_for(lambda: read(cluster[0], "node1"), lambda op: op.status == 404)
+    history = [write, *reads, writer, final]
+    report = check(
+        history, {"expiring": None}, skew + CLOCK_SLACK, (final.invoked, final.settled_by)
+    )
+    assert report.ok, report.details()
 
 
 @rule("8.6")
