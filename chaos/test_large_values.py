@@ -1,14 +1,23 @@
-"""A 16 MiB value across a slow link to one replica (SPEC 9.1): every link into node 3
-carries 10 MiB/s both ways, so the value takes about 1.6 s to cross, past the 1 s
-deadline of a plain call. A write gets its size at 8 MiB/s on top from the start; a
-read, whose answer does not announce its size, earns the same time from the bytes of the
-answer as they arrive. Either way the healthy replica answers in time and is not counted
-as failed. The figures are printed (pytest -s)."""
+"""Large values against the replica calls' deadlines. A 16 MiB value across a slow link
+to one replica (SPEC 9.1): every link into node 3 carries 10 MiB/s both ways, so the
+value takes about 1.6 s to cross, past the 1 s deadline of a plain call. A write gets
+its size at 8 MiB/s on top from the start; a read, whose answer does not announce its
+size, earns the same time from the bytes of the answer as they arrive. Either way the
+healthy replica answers in time and is not counted as failed. And a burst of 16 MiB
+writes that fills the byte budget (SPEC 9.14): every write admitted is stored, though
+their replica calls queue behind one another for far longer than `--timeout`. The
+figures are printed (pytest -s)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import Counter
 
+import aiohttp
+
+from dht.conformance.fixtures import ClusterFactory
+from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
 
@@ -48,3 +57,56 @@ def test_a_large_value_crosses_a_slow_link_to_a_replica_within_its_deadline_both
     assert timeouts == 0
     # The link is slow enough that the value could not cross within a plain deadline.
     assert get_seconds > TIMEOUT, f"the read took {get_seconds:.2f}s: the link is not slow"
+
+
+BURST = 24  # concurrent PUTs of VALUE
+ADMITTED = 12  # the budget's worth of them: 192 MiB
+MiB = 1024 * 1024
+
+
+async def put_all(url: str, count: int, value: bytes) -> list[int]:
+    """The statuses of `count` concurrent PUTs of `value` to distinct keys (0: no answer
+    within a minute)."""
+    connector = aiohttp.TCPConnector(limit=count)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def put(index: int) -> int:
+            try:
+                async with session.put(f"{url}/v0/entity?id=burst-{index}", data=value) as answer:
+                    await answer.read()
+                    return answer.status
+            except (aiohttp.ClientError, TimeoutError):
+                return 0
+
+        return await asyncio.gather(*(put(index) for index in range(count)))
+
+
+@rule("9.14")
+def test_every_large_write_the_byte_budget_admits_is_stored_however_long_it_queues(
+    start_cluster: ClusterFactory,
+) -> None:
+    """24 concurrent 16 MiB PUTs to one node of three (2/3) with a budget of 12 of them.
+    Each admitted value goes to two replicas, whose connections carry 192 MiB each and
+    which write them one after another, seconds past the 1 s `--timeout`; 16 MiB more
+    than a budget's worth of values reaches each replica (keys and headers), so it
+    declines one for its budget."""
+    budget = ADMITTED * len(VALUE)
+    flags = ["--timeout", str(TIMEOUT), "--max-in-flight-bytes", str(budget)]
+    cluster = start_cluster(3, flags)
+    coordinator = cluster[0]
+    assert coordinator.put("small", b"v").status == 201  # its channels are open
+
+    started = time.monotonic()
+    statuses = Counter(asyncio.run(put_all(coordinator.url, BURST, VALUE)))
+    seconds = time.monotonic() - started
+    # The third replica's copies go on after the answers: they must not time out either.
+    wait_for(lambda: coordinator.status()["bytes_in_flight"], lambda held: held == 0, 30)
+    timeouts = coordinator.metrics().value("dht_replica_calls_total", outcome="timeout")
+    print(
+        f"\n{BURST} concurrent 16 MiB PUTs, a budget of {ADMITTED}: {dict(statuses)} in "
+        f"{seconds:.1f}s; replica calls timed out: {timeouts:.0f}"
+    )
+    assert set(statuses) <= {201, 503}, statuses
+    assert statuses[201] >= ADMITTED, statuses
+    assert timeouts == 0

@@ -220,6 +220,15 @@ class ReplicaChannel:
             return 0
         return connection.codec.received(call_id)
 
+    def stalled(self, call_id: int | None, since: float) -> bool:
+        """Whether call `call_id`'s large request still has fragments waiting to leave
+        while none of any message has left since `since` (loop time): the peer has
+        stopped reading."""
+        connection = self._connection
+        if call_id is None or connection is None or connection.closed:
+            return False
+        return connection.stalled(call_id, since)
+
     def deadline_missed(self, since: float) -> None:
         """A call sent at `since` (loop time) got no answer in time: if nothing at all
         arrived on its connection since then, the connection is stalled, and every call

@@ -48,6 +48,9 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_received = 0.0
+        # Loop time a fragment of a large message last entered the transport: it takes
+        # one only below its high-water mark, so the peer was reading then (`stalled`).
+        self.last_sent = 0.0
         self._budget = budget
         self._urgent: list[bytes | memoryview] = []
         self._bulk: deque[_Outgoing] = deque()
@@ -99,6 +102,8 @@ class Connection(asyncio.Protocol):
             transport.writelines(self._urgent)
             self._urgent = []
         bulk = self._bulk
+        if bulk and not self._paused:
+            self.last_sent = asyncio.get_running_loop().time()
         while bulk and not self._paused:
             message = bulk[0]
             transport.writelines(message.fragments.popleft())
@@ -121,6 +126,11 @@ class Connection(asyncio.Protocol):
         elif not message.charged and self._budget is not None:
             self._budget.hold(message.size)
             message.charged = True
+
+    def stalled(self, call_id: int, since: float) -> bool:
+        """Whether call `call_id`'s large message has fragments still to write while no
+        fragment of any message was written since `since` (loop time)."""
+        return call_id in self._sending and self.last_sent < since
 
     def _let_go(self, message: _Outgoing) -> None:
         """`message` is written out, or never will be: the budget has its bytes back."""

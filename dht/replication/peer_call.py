@@ -1,6 +1,8 @@
 """One call to a peer on its replica channel, from its request to its outcome: the
-deadline (`--timeout`, plus the transfer time of a large request or answer), the
-answer's reading into a result, and what the peer's breaker and metrics are told."""
+deadline (`--timeout`, plus the transfer time of a large request or answer, or of every
+large write queued to the peer with it), the answer's reading into a result, a large
+write sent again when the peer's byte budget declined it, and what the peer's breaker
+and metrics are told."""
 
 from __future__ import annotations
 
@@ -38,6 +40,12 @@ class CallOwner(Protocol):
     timeout: float
     channel: ReplicaChannel
     breaker: Breaker
+    # Bytes of the large requests sent to it so far, and of those not settled yet.
+    large_sent: int
+    large_unsettled: int
+
+    def after_large_settled(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once another large request to the peer has settled."""
 
     def observe_call(self, outcome: str, seconds: float | None) -> None: ...
 
@@ -61,6 +69,11 @@ def transfer_time(size: int) -> float:
     return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
 
 
+def is_large(size: int) -> bool:
+    """Whether a request of `size` bytes gets a deadline of its own (`PendingCall`)."""
+    return size > _PLAIN_CALL_BYTES
+
+
 class PendingCall(Generic[T]):
     """One channel call in flight: settles its future once, from the first of the answer,
     the channel's failure, the deadline or the caller's cancellation, and records the
@@ -74,17 +87,36 @@ class PendingCall(Generic[T]):
     what it always did, and a large answer moves to a timer of its own each time its
     bytes have earned it more time. So an answer begun within `--timeout` that keeps
     coming at the rate `transfer_time` assumes is never cut off, whatever its size; one
-    that slows below it or stops fails once the deadline overtakes its bytes."""
+    that slows below it or stops fails once the deadline overtakes its bytes.
+
+    A large request shares its connection with every other large request to the peer
+    (their fragments take turns) and the peer writes them one after another, so its
+    own size does not say when it can be answered; the bytes queued with it do (SPEC
+    9.14). When its own deadline comes it waits on, up to `--timeout` plus the
+    `transfer_time` of every large request to the peer that was pending when it was
+    sent or was sent since (its own included), looking again every `--timeout`, unless
+    the peer has stopped reading it: fragments of it still wait to leave and none of
+    any message has left for `--timeout` (a paused or partitioned peer). The wait after
+    its last fragment has left is not watched: a busy replica sends nothing while it
+    writes the values queued before it, and the bytes bound how long that may take.
+
+    A large write the peer declined for its byte budget (rule 7.7: the peer holds as
+    many bytes as it takes) is sent again once another large request to the peer has
+    settled, freeing that much there, or after `--timeout` when none is pending, within
+    the same deadline."""
 
     __slots__ = (
-        "_allowed",
         "_call_id",
+        "_deadline",
+        "_declined",
         "_extra",
         "_is_probe",
         "_peer",
+        "_queued_after",
         "_request_for",
         "_result",
         "_result_of",
+        "_size",
         "_started",
         "_timer",
         "sent",
@@ -98,19 +130,26 @@ class PendingCall(Generic[T]):
         is_probe: bool,
         sent: float,
         request_for: Callable[[int], Request],
-        extra_time: float,
+        size: int = 0,
     ) -> None:
+        """`size`: the bytes of a large request (`is_large`), 0 for any other."""
         self._peer = peer
         self._result = result
         self._result_of = result_of
         self._is_probe = is_probe
         self.sent = sent  # loop time; the peer's deadline sweep reads it
         self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
-        self._extra = extra_time  # a large request's transfer time
-        self._allowed = peer.timeout + extra_time  # seconds after `sent` it waits, so far
+        self._size = size
+        self._extra = transfer_time(size)  # a large request's own transfer time
+        # Bytes of large requests to the peer settled before this one was sent (it is
+        # counted in `large_sent` already): what came after them is queued with it.
+        self._queued_after = peer.large_sent - peer.large_unsettled
+        self._deadline = sent + peer.timeout + self._extra  # loop time, so far
         self._timer: asyncio.TimerHandle | None = None  # its own deadline, if it has one
         self._call_id: int | None = None  # known once the request is made
+        # Kept, for a large request, until it settles: a declined one is sent again.
         self._request_for: Callable[[int], Request] | None = request_for
+        self._declined: PeerError | None = None  # why it waits to be sent again
         result.add_done_callback(self._settled)
         peer.channel.call(self._request, self._answered)
 
@@ -120,21 +159,27 @@ class PendingCall(Generic[T]):
 
     def _request(self, call_id: int) -> Request:
         """Makes the request when the channel sends it (at once, or once it is dialled),
-        and learns the call's id; the request (a PUT's value) is not kept."""
+        and learns the call's id. Only a large request can make it again (a declined
+        write); the request itself (a PUT's value) is not kept."""
         self._call_id = call_id
-        request_for, self._request_for = self._request_for, None
+        request_for = self._request_for
+        if not self._size:
+            self._request_for = None
         assert request_for is not None, "the channel makes each request once"
         return request_for(call_id)
 
     def time_itself(self, loop: asyncio.AbstractEventLoop) -> None:
         """Puts the call's deadline on a timer of its own, rather than the peer's sweep."""
-        self._timer = loop.call_at(self.sent + self._allowed, self.expire)
+        self._timer = loop.call_at(self._deadline, self.expire)
 
     def _answered(self, answer: Answer | PeerError) -> None:
         if self._result.done():
             return  # past its deadline, or cancelled: the answer is not wanted
         if isinstance(answer, PeerError):  # the connection failed: no answer came
             self._fail(answer, "error", None)
+            return
+        if self._size and isinstance(answer, Failed) and answer.why is Why.OVERLOADED:
+            self._send_again_later(unexpected(answer))
             return
         seconds = time.perf_counter() - self._started
         try:
@@ -145,21 +190,50 @@ class PendingCall(Generic[T]):
         self._peer.succeeded(seconds)
         self._result.set_result(value)
 
+    def _send_again_later(self, declined: PeerError) -> None:
+        """The peer declined this large write for its byte budget: it goes again once
+        another large request to the peer has settled (the peer has let go of that
+        one's bytes, or this node of its claim on them), or after `--timeout` when no
+        other is pending; its deadline runs on meanwhile."""
+        self._declined = declined
+        peer = self._peer
+        if peer.large_unsettled > self._size:
+            peer.after_large_settled(self._send_again)
+        else:
+            asyncio.get_running_loop().call_later(peer.timeout, self._send_again)
+
+    def _send_again(self) -> None:
+        if self._result.done():
+            return
+        self._declined = None
+        self._peer.channel.call(self._request, self._answered)
+
     def expire(self) -> None:
         """Its deadline came: it fails, unless bytes of its answer came meanwhile that
-        earn it more time."""
+        earn it more time, or it is a large request queued with others to a peer that
+        still reads it."""
         if self._result.done():
             return
         peer = self._peer
-        allowed = peer.timeout + self._extra + transfer_time(peer.channel.received(self._call_id))
-        if allowed > self._allowed:
-            self._allowed = allowed
-            self.time_itself(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        answer_time = transfer_time(peer.channel.received(self._call_id))
+        deadline = self.sent + peer.timeout + self._extra + answer_time
+        now = loop.time()
+        if self._size and not peer.channel.stalled(self._call_id, now - peer.timeout):
+            queued_with = peer.large_sent - self._queued_after
+            queued = self.sent + peer.timeout + transfer_time(queued_with) + answer_time
+            deadline = max(deadline, min(queued, now + peer.timeout))
+        if deadline > self._deadline:
+            self._deadline = deadline
+            self.time_itself(loop)
             return
         peer.channel.forget(self._call_id)
+        if self._declined is not None:  # it was waiting to go again: the refusal stands
+            self._fail(self._declined, "error", None)
+            return
         peer.channel.deadline_missed(self.sent)
-        error = PeerError(f"{peer.url}: no answer within {self._allowed:.3g}s")
-        self._fail(error, "timeout", None)
+        waited = self._deadline - self.sent
+        self._fail(PeerError(f"{peer.url}: no answer within {waited:.3g}s"), "timeout", None)
 
     def _fail(self, error: PeerError, outcome: str, seconds: float | None) -> None:
         if not self._result.done():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import ssl
 import time
@@ -33,9 +34,9 @@ from dht.replication.messages import (
 from dht.replication.peer_call import (
     PendingCall,
     VersionRefused,
+    is_large,
     record_of,
     stored_of,
-    transfer_time,
 )
 from dht.replication.protocol import MESSAGE_OVERHEAD, Budget
 from dht.replication.range_stream import RecordStream
@@ -114,6 +115,12 @@ class Peer:
         # timer, for the first of them, serves every call to this peer.
         self._deadlines: deque[PendingCall[Any]] = deque()
         self._sweep_timer: asyncio.TimerHandle | None = None
+        # Bytes of the large requests sent to the peer, and of those not settled yet,
+        # which a large call's deadline weighs (`PendingCall`); what waits for one of
+        # them to settle.
+        self.large_sent = 0
+        self.large_unsettled = 0
+        self._after_large: list[Callable[[], None]] = []
 
     def set_identity(self, ring_identity: str) -> None:
         """The ring identity the next connections to this peer present (after a step of
@@ -138,23 +145,35 @@ class Peer:
 
     def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
         """Whether the peer stored it (False: it held a newer record already). A large
-        value gets time to travel on top of the deadline (`transfer_time`)."""
+        value gets time to travel on top of the deadline, and more when other large
+        values to the peer travel with it; declined for the peer's byte budget, it is
+        sent again within its deadline (`PendingCall`)."""
         return self._call(
             lambda call_id: PutRecord(call_id, key, record),
             stored_of,
-            transfer_time(len(key) + len(record.value)),
+            len(key) + len(record.value),
         )
+
+    def after_large_settled(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once the next large request to the peer has settled."""
+        self._after_large.append(callback)
+
+    def _large_settled(self, size: int, result: asyncio.Future[Any]) -> None:
+        self.large_unsettled -= size
+        waiting, self._after_large = self._after_large, []
+        for callback in waiting:
+            callback()
 
     def _call(
         self,
         request_for: Callable[[int], Request],
         result_of: Callable[[Answer], T],
-        extra_time: float = 0.0,
+        size: int = 0,
     ) -> asyncio.Future[T]:
         """One call on the channel, under the breaker and the deadline (`--timeout`, plus
-        `extra_time` for a large request). A plain future, resolved from the channel's
-        callback or the deadline's timer: no task, no coroutine per call. It fails with
-        PeerError; cancelling it abandons the call."""
+        more for a request of `size` bytes when it is large). A plain future, resolved
+        from the channel's callback or the deadline's timer: no task, no coroutine per
+        call. It fails with PeerError; cancelling it abandons the call."""
         loop = asyncio.get_running_loop()
         result: asyncio.Future[T] = loop.create_future()
         is_probe = self.breaker.state is not State.CLOSED
@@ -162,8 +181,14 @@ class Peer:
             self.observe_call("circuit_open", None)
             result.set_exception(PeerUnavailable(f"{self.url}: circuit open"))
             return result
-        call = PendingCall(self, result, result_of, is_probe, loop.time(), request_for, extra_time)
-        if extra_time:  # a deadline of its own: the sweep relies on the plain ones' order
+        if not is_large(size):
+            size = 0
+        else:
+            self.large_sent += size
+            self.large_unsettled += size
+            result.add_done_callback(functools.partial(self._large_settled, size))
+        call = PendingCall(self, result, result_of, is_probe, loop.time(), request_for, size)
+        if size:  # a deadline of its own: the sweep relies on the plain ones' order
             call.time_itself(loop)
             return result
         self._deadlines.append(call)

@@ -14,7 +14,7 @@ import pytest
 from dht.config import NodeConfig
 from dht.model.record import Record
 from dht.replication.channel import OnAnswer
-from dht.replication.messages import RecordFound, Request
+from dht.replication.messages import Failed, RecordFound, Request, Stored, Why
 from dht.replication.peer_call import SLOWEST_TRANSFER, transfer_time
 from dht.replication.peers import Peer, PeerError
 from dht.replication.protocol import FRAGMENT_BYTES
@@ -34,6 +34,7 @@ class StandInChannel:
         self.answers: dict[int, OnAnswer] = {}
         self.arriving: dict[int, int] = {}
         self.forgotten: list[int | None] = []
+        self.stalled_calls: set[int] = set()  # large requests the peer stopped reading
         self._waiting: list[tuple[Callable[[int], Request], OnAnswer]] = []
         self._dialling = dialling
 
@@ -54,6 +55,9 @@ class StandInChannel:
 
     def forget(self, call_id: int | None) -> None:
         self.forgotten.append(call_id)
+
+    def stalled(self, call_id: int | None, since: float) -> bool:
+        return call_id in self.stalled_calls
 
     def deadline_missed(self, since: float) -> None:
         pass
@@ -174,3 +178,101 @@ async def test_a_large_write_waits_for_its_size_at_once(peer: Peer) -> None:
         await peer.put(b"k", Record.live(7, value))
     deadline = TIMEOUT + transfer_time(len(b"k") + len(value))
     assert deadline - EARLY <= loop.time() - started < deadline + SLACK
+
+
+LARGE = b"v" * (2 * 1024 * 1024)
+
+
+async def test_a_large_write_queued_with_others_to_the_replica_waits_for_their_bytes_too(
+    peer: Peer,
+) -> None:
+    """Three large writes to one replica share its connection and its writer: the first
+    is not cut off at its own deadline, but once the bytes of all three had their time."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    calls = [peer.put(f"k{index}".encode(), Record.live(7, LARGE)) for index in range(3)]
+    with pytest.raises(PeerError):
+        await calls[0]
+    own = TIMEOUT + transfer_time(len(b"k0") + len(LARGE))
+    queued = TIMEOUT + transfer_time(3 * (len(b"k0") + len(LARGE)))
+    assert queued - EARLY <= loop.time() - started < queued + SLACK
+    assert loop.time() - started > own + TIMEOUT
+    await asyncio.gather(*calls, return_exceptions=True)
+
+
+async def test_a_large_write_the_replica_stopped_reading_fails_at_its_own_deadline(
+    peer: Peer,
+) -> None:
+    """Its fragments wait to leave and none has left for `--timeout`: the replica is
+    paused or cut off, and the writes queued with it earn it nothing."""
+    channel = channel_of(peer)
+    channel.stalled_calls = {1, 2, 3}
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    calls = [peer.put(f"k{index}".encode(), Record.live(7, LARGE)) for index in range(3)]
+    with pytest.raises(PeerError):
+        await calls[0]
+    own = TIMEOUT + transfer_time(len(b"k0") + len(LARGE))
+    assert own - EARLY <= loop.time() - started < own + SLACK
+    await asyncio.gather(*calls, return_exceptions=True)
+
+
+async def test_a_large_write_the_replica_declined_for_its_budget_goes_again_once_another_settles(
+    peer: Peer,
+) -> None:
+    channel = channel_of(peer)
+    first = peer.put(b"k1", Record.live(7, LARGE))
+    second = peer.put(b"k2", Record.live(7, LARGE))
+    channel.answers[1](Failed(1, Why.OVERLOADED, "over its byte budget"))
+    await asyncio.sleep(0.01)
+    assert not first.done() and len(channel.answers) == 2  # not sent again yet
+    channel.answers[2](Stored(2, True))
+    assert await second is True
+    await asyncio.sleep(0)
+    assert len(channel.answers) == 3  # sent again, as call 3
+    channel.answers[3](Stored(3, True))
+    assert await first is True
+    assert outcomes == ["ok", "ok"]
+
+
+async def test_a_large_write_declined_with_no_other_pending_goes_again_after_the_timeout(
+    peer: Peer,
+) -> None:
+    channel = channel_of(peer)
+    loop = asyncio.get_running_loop()
+    call = peer.put(b"k", Record.live(7, LARGE))
+    started = loop.time()
+    channel.answers[1](Failed(1, Why.OVERLOADED, "over its byte budget"))
+    for _ in range(100):
+        if len(channel.answers) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert TIMEOUT - EARLY <= loop.time() - started < TIMEOUT + SLACK
+    channel.answers[2](Stored(2, True))
+    assert await call is True
+
+
+async def test_a_large_write_declined_again_and_again_fails_at_its_deadline(peer: Peer) -> None:
+    """Sent again after each refusal (none other pending: every `--timeout`), until its
+    deadline: then the refusal stands, or the time-out if it is on its way again."""
+    channel = channel_of(peer)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    call = peer.put(b"k", Record.live(7, LARGE))
+
+    async def decline() -> None:
+        answered = 0
+        while not call.done():
+            for call_id in list(channel.answers)[answered:]:
+                channel.answers[call_id](Failed(call_id, Why.OVERLOADED, "over its byte budget"))
+                answered += 1
+            await asyncio.sleep(0.01)
+
+    decliner = asyncio.ensure_future(decline())
+    with pytest.raises(PeerError):
+        await call
+    await decliner
+    own = TIMEOUT + transfer_time(len(b"k") + len(LARGE))
+    assert own - EARLY <= loop.time() - started < own + SLACK
+    assert len(channel.answers) >= 2
+    assert outcomes in (["error"], ["timeout"])
