@@ -255,7 +255,9 @@ class NodeConfig:
         parse=positive_float,
         help="seconds a tombstone (or an expired record) is kept at least; it goes once "
         "older than this and an anti-entropy exchange with every other replica began "
-        "after it was written (default %(default)s, a day)",
+        "after it was written; exchanges copy it to a peer without the key until it is "
+        "older than this and than half of it plus twice --max-clock-drift (default "
+        "%(default)s, a day)",
     )
     sync_writes: bool = setting(
         False,

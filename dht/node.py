@@ -184,6 +184,7 @@ class Node:
             self.config.anti_entropy_interval,
             self.config.anti_entropy_rate,
             self.config.tombstone_grace,
+            self.config.max_clock_drift,
         )
         collector = Collector(
             self.storage,

@@ -74,6 +74,7 @@ class AntiEntropy:
         interval: float,
         rate: float,
         tombstone_grace: float,
+        max_clock_drift: float,
     ) -> None:
         self._self_url = self_url
         self._storage = storage
@@ -82,7 +83,9 @@ class AntiEntropy:
         self._clock = clock
         self.interval = interval
         self._rate = rate
-        self._grace_ms = round(tombstone_grace * 1000)
+        self._withheld_after_ms = withheld_after_ms(
+            round(tombstone_grace * 1000), round(max_clock_drift * 1000)
+        )
         self.ready = False
         self.stats = {url: ExchangeStats() for url in trees.leaves}
         self._task = OwnedTask("anti-entropy", self._run)
@@ -212,10 +215,10 @@ class AntiEntropy:
         theirs = await peer.get(key)
         ours = self._storage.get(key)
         winner = newest([ours, theirs])
-        if winner is None or (self._past_grace(winner) and None in (ours, theirs)):
-            # A record dead past its grace is not copied to a side that has none (to
-            # that side it reads the same): the collector on the other side removes it,
-            # where otherwise the two would hand it back and forth between collections.
+        if winner is None or (self._withheld(winner) and None in (ours, theirs)):
+            # A record dead long enough is not copied to a side that has none (to that
+            # side it reads the same): the collector on the other side removes it, where
+            # otherwise the two would hand it back and forth between collections.
             return
         if winner != ours and winner.supersedes(ours):
             if self._store(url, key, winner):
@@ -229,9 +232,9 @@ class AntiEntropy:
             if stored:
                 self.stats[url].records_sent += 1
 
-    def _past_grace(self, record: Record) -> bool:
+    def _withheld(self, record: Record) -> bool:
         dead = record.dead_since()
-        return dead is not None and self._clock.wall_ms() - dead > self._grace_ms
+        return dead is not None and self._clock.wall_ms() - dead > self._withheld_after_ms
 
     def _store(self, url: str, key: bytes, record: Record) -> bool:
         try:
@@ -291,6 +294,25 @@ class Pace:
         if self._next > now:
             await asyncio.sleep(self._next - now)
         self._next = max(self._next, now) + self._interval
+
+
+def withheld_after_ms(grace_ms: int, max_drift_ms: int) -> int:
+    """How long a record must have been dead, by its version's time on this node's
+    clock, before an exchange stops copying it to a peer that holds no record of the key:
+    the grace, and at least half the grace plus twice `--max-clock-drift`.
+
+    Why: once withheld, the peer may still receive an older value of the key by a hint,
+    and the tombstone's holders may collect it (rule 9.10) while nothing newer is there.
+    A hint lands at most `--hint-max-age` (half the grace) after it was made, by its
+    holder's own clock; it was made when the older value was written, and so, on the
+    clock of the node that wrote it, before the tombstone's version. This node's clock
+    may be ahead of that one by up to twice the drift (each is within the drift of the
+    majority's, rule 9.13): judged by the grace alone, a tombstone was withheld before a
+    hint could still land whenever the grace was under four times the drift. Not the
+    arrival here instead (as the collector judges): a record handed to a
+    peer arrives there anew, so two nodes judging by their own arrivals can hand a
+    tombstone back and forth for as long as they exchange."""
+    return max(grace_ms, grace_ms // 2 + 2 * max_drift_ms)
 
 
 def _log_if_failed(write: asyncio.Future[bool]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,10 @@ pytestmark = pytest.mark.dht
 ANTI_ENTROPY_ONLY = ["--hint-max-bytes", "0", "--anti-entropy-interval", "0.5"]
 CONVERGE_WITHIN = 20.0
 HOUR = 3600
+# A 1 s grace with clocks that agree (one machine): a drift bound small next to the
+# grace, so exchanges stop handing a tombstone to a node without it once it is past the
+# grace (rule 9.10: the grace, and at least half of it plus twice the drift).
+SHORT_GRACE = ["--tombstone-grace", "1", "--max-clock-drift", "0.25"]
 
 
 def versions(records: dict[str, Record]) -> dict[str, tuple[int, bool]]:
@@ -85,7 +90,7 @@ def test_a_replica_that_missed_a_delete_does_not_bring_the_value_back_after_coll
 ) -> None:
     """The classic zombie: C misses a delete; A and B must not drop the tombstone while
     C, which still holds the value, has not exchanged with them since the delete."""
-    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, "--tombstone-grace", "1"])
+    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, *SHORT_GRACE])
     expect(cluster[0].put("zombie", b"deleted value"), 201)
     expect(cluster[0].put("kept", b"live value"), 201)
     wait_for(lambda: ["zombie" in n.local_records() for n in cluster], all, deadline=5.0)
@@ -120,7 +125,7 @@ def test_a_replica_that_missed_a_delete_does_not_bring_the_value_back_after_coll
 
 @rule("9.10", "8.6")
 def test_expired_records_are_collected_once_past_the_grace(start_cluster: ClusterFactory) -> None:
-    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, "--tombstone-grace", "1"])
+    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, *SHORT_GRACE])
     for i in range(10):
         url = cluster[0].url + f"/v0/entity?id=expiring-{i}&ttl=1"
         assert request("PUT", url, body=b"short-lived").status == 201
@@ -161,7 +166,7 @@ def test_the_exchange_endpoint_wants_the_secret_and_answers_bad_requests_400(
 def test_collected_tombstones_are_not_handed_back_and_forth(start_cluster: ClusterFactory) -> None:
     """Nodes collect a tombstone at slightly different times; the one that still holds
     it must not copy it back to one that already removed it (it reads the same there)."""
-    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, "--tombstone-grace", "1"])
+    cluster = start_cluster(3, [*ANTI_ENTROPY_ONLY, *SHORT_GRACE])
     keys = [f"deleted-{i:03d}" for i in range(200)]
     for key in keys:
         expect(cluster[0].put(key, b"v"), 201)
@@ -222,5 +227,48 @@ def test_a_record_the_peer_refuses_as_too_far_ahead_does_not_stop_the_rest_of_th
         wait_for(lambda: ahead.status()["tombstones"]["passes"], lambda p: p >= passes + 4)
         assert ahead.local_records()["deleted"].tombstone
         assert ahead.status()["tombstones"]["collected"] == 0
+    finally:
+        cluster.stop()
+
+
+@rule("9.10", "9.6")
+def test_a_tombstone_reaches_a_replica_without_the_key_while_an_older_hint_may_land(
+    tmp_path: Path,
+) -> None:
+    """A tombstone whose version is 7.5 s behind the holder's clock (its coordinator's
+    clock ran behind, within --max-clock-drift) is past the 8 s grace on the holder's
+    clock 0.5 s after it arrived. The peer holds no record of the key; within half the
+    grace of the delete, a hint of the older value (played here by a replica write) may
+    still land there. The exchange must have copied the tombstone to it first, or the
+    holder collects the tombstone and its next exchange copies the old value back. The
+    holder exchanges every 10 s and the peer never, so the exchanges fall where the
+    test puts them."""
+    cluster = Cluster(tmp_path, 2, ["--hint-max-bytes", "0", "--tombstone-grace", "8"])
+    holder, peer = cluster
+    holder.extra_args += ["--anti-entropy-interval", "10"]
+    peer.extra_args += ["--anti-entropy-interval", "0"]
+    try:
+        cluster.start()
+
+        def exchange_stats() -> dict[str, object]:
+            return holder.status()["peers"][peer.url]["anti_entropy"]
+
+        first = wait_for(exchange_stats, lambda stats: stats["exchanges"] >= 1, deadline=30.0)
+        # The next exchange starts 10 s after this one completed; the delete lands 2.5 s
+        # before it.
+        time.sleep(max(0.0, first["last_completed"] + 7.5 - time.time()))
+        deleted_ms = wall_clock_ms()
+        tombstone = Record.deleted(version_at(deleted_ms - 7_500))
+        assert holder.put_local("key", tombstone) == Stored(1, True)
+        wait_for(exchange_stats, lambda stats: stats["exchanges"] >= 2, deadline=15.0)
+        landed_ms = wall_clock_ms()
+        assert landed_ms - deleted_ms < 4_000, "too slow: a hint would have been dropped"
+        peer.put_local("key", Record.live(version_at(deleted_ms - 10_000), b"deleted value"))
+        # The holder collects the tombstone (8 s after it arrived), then exchanges again.
+        wait_for(exchange_stats, lambda stats: stats["exchanges"] >= 3, deadline=20.0)
+        for node in cluster:
+            kept = node.local_records().get("key")
+            assert kept is None or kept.tombstone, f"{node.url} holds the value again: {kept}"
+            expect(node.get("key", "2/2"), 404, context=node.url)
     finally:
         cluster.stop()
