@@ -231,10 +231,12 @@ def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     from dht.testbed.certificates import LocalCA
 
     with tempfile.TemporaryDirectory() as folder:
-        tls = tuple(LocalCA(Path(folder)).issue("node").flags())  # names 127.0.0.1
+        # TLS comes with a cluster secret (SPEC.md rule 11.7): both clusters have one.
+        secret = ("--secret", "bench-tls")
+        tls = (*secret, *LocalCA(Path(folder)).issue("node").flags())  # names 127.0.0.1
         with (
             bare_server(None) as bare,
-            dht_cluster(3, None) as plain,
+            dht_cluster(3, None, secret) as plain,
             dht_cluster(3, None, tls) as secured,
         ):
             servers = [bare, Server(THREE_2_3, *plain), Server(THREE_2_3 + WITH_TLS, *secured)]

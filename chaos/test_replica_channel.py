@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from dht.config import NodeConfig
+from dht.conformance.peer_tools import cluster_secret
 from dht.conformance.rules import rule
 from dht.model.clock import HybridClock
 from dht.model.record import Record
@@ -33,11 +34,16 @@ MARGIN = 0.7  # scheduling slack on a loaded 2-core machine
 
 
 def peer_of_node2(
-    cluster_urls: list[str], link_listen: str, tmp_dir: Any, tls: ssl.SSLContext | None
+    cluster_urls: list[str],
+    link_listen: str,
+    tmp_dir: Any,
+    tls: ssl.SSLContext | None,
+    secret: str | None,
 ) -> Peer:
     """Node 1's view of node 2, dialling it through the test bed's node1-to-node2 link
-    (over TLS with node 1's certificate when the nodes talk TLS)."""
+    (over TLS with node 1's certificate when the nodes talk TLS), proving their secret."""
     config = NodeConfig(
+        secret=secret,
         port=0,
         data_dir=tmp_dir,
         cluster=tuple(cluster_urls),
@@ -93,7 +99,9 @@ async def test_a_fault_fails_every_call_in_flight_within_the_deadline_and_the_li
     fault = FAULTS[name]
     cluster, testbed = start_chaos_cluster(2)
     link = testbed.links[0, 1]
-    peer = peer_of_node2(cluster.urls, link.listen, tmp_path, cluster[0].peer_tls)
+    peer = peer_of_node2(
+        cluster.urls, link.listen, tmp_path, cluster[0].peer_tls, cluster_secret(cluster[0])
+    )
     clock = HybridClock()
     try:
         warm = await peer.put(b"warm", Record.live(clock.now(), b"v"))  # channel open

@@ -275,8 +275,8 @@ class NodeConfig:
         None,
         parse=cluster_secret,
         environment="DHT_SECRET",
-        help="cluster secret that node-to-node traffic must prove (it is never sent), up "
-        "to 1 KiB (default: "
+        help="cluster secret that node-to-node traffic and membership steps must prove (it "
+        "is never sent), up to 1 KiB; required with TLS (default: "
         "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
         "its port; `cluster` generates one)",
     )
@@ -287,8 +287,8 @@ class NodeConfig:
         metavar="PEM",
         help="this node's certificate (PEM, its chain after it), signed by the cluster's CA "
         "and naming the host of its --cluster entry: with --tls-key and --tls-ca, every "
-        "node-to-node connection is TLS, both ends checked against the CA (default: none, "
-        "plain)",
+        "node-to-node connection is TLS, both ends checked against the CA; needs --secret "
+        "too, which alone guards membership steps (default: none, plain)",
     )
     tls_key: Path | None = setting(
         None,

@@ -47,7 +47,8 @@ def add_node_flags(parser: argparse.ArgumentParser, scope: Literal["node", "shar
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The `NodeConfig` of parsed `node` flags; ValueError for a cluster list, --self or
-    --route that does not make sense."""
+    --route that does not make sense, or TLS flags that are incomplete or come without a
+    cluster secret."""
     cluster = tuple(normalize_url(url) for url in args.cluster.split(",") if url.strip())
     if len(set(cluster)) != len(cluster):
         raise ValueError("--cluster lists a node twice")
@@ -55,6 +56,12 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     tls = [args.tls_cert, args.tls_key, args.tls_ca]
     if any(tls) and not all(tls):
         raise ValueError("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
+    if all(tls) and not args.secret:
+        raise ValueError(
+            "TLS between nodes needs a cluster secret too (--secret or DHT_SECRET): a "
+            "membership step is guarded by the secret alone, so without one anyone who "
+            "reaches the port could change this node's membership"
+        )
     return NodeConfig(
         **given
         | {

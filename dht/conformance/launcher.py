@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import signal
 import ssl
@@ -37,6 +38,7 @@ from dht.conformance.http_client import (
     status_code,
 )
 from dht.conformance.peer_tools import (
+    cluster_secret,
     decode_frames,
     internal_request,
     records_url,
@@ -316,8 +318,10 @@ class Cluster:
         ]
         if os.environ.get(TLS_ENV) == "1" and "--tls-ca" not in (extra_args or []):
             authority = LocalCA(root / "tls")
+            # TLS comes with a cluster secret (SPEC.md rule 11.7), as `cluster --tls` gives.
+            secret = [] if cluster_secret(self.nodes[0]) else ["--secret", secrets.token_hex(16)]
             for i, node in enumerate(self.nodes):
-                node.extra_args += authority.issue(f"node-{i}").flags()
+                node.extra_args += [*secret, *authority.issue(f"node-{i}").flags()]
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

@@ -316,7 +316,7 @@ def test_https_clients_that_close_with_close_notify_cost_no_warning(tmp_path: Pa
     HTTPS connection a client closes politely (close_notify), which aiohttp's protocol
     never caused."""
     authority = LocalCA(tmp_path / "tls")
-    cluster = Cluster(tmp_path, 1, [])
+    cluster = Cluster(tmp_path, 1, ["--secret", "lean-tls-secret"])
     cluster[0].extra_args += authority.issue("node-0").flags()
     cluster.start()
     node = cluster[0]

@@ -17,6 +17,7 @@ from dht.conformance.rules import rule
 from dht.replication.messages import Refused
 from dht.replication.protocol import ReplicaCodec, Role
 from dht.testbed.certificates import LocalCA
+from dht.testbed.toxiproxy import free_ports
 from tests.launcher import run_module
 
 pytestmark = pytest.mark.dht
@@ -127,6 +128,8 @@ def test_tls_flags_come_in_threes_and_a_bad_file_stops_the_node_with_one_line(
         str(tmp_path / "d"),
         "--cluster",
         "http://127.0.0.1:1",
+        "--secret",
+        "tls-secret",
     ]
     half = run_module("dht", *base, "--tls-cert", str(files.cert), timeout=10)
     assert half.returncode == 2 and "all three" in half.stderr, half.stderr
@@ -143,3 +146,32 @@ def test_tls_flags_come_in_threes_and_a_bad_file_stops_the_node_with_one_line(
     )
     assert missing.returncode == 1, missing.stderr
     assert "Traceback" not in missing.stderr and "--tls-cert" in missing.stderr, missing.stderr
+
+
+@rule("11.7")
+def test_tls_without_a_cluster_secret_stops_the_node_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS closes the replica channel and the internal routes to machines without a
+    certificate, but a membership step (PUT /v0/admin/topology) is guarded by the
+    secret's proof alone: without a secret, three plain PUTs would walk the node off its
+    own ring. So TLS without a secret is a usage error, as `cluster --tls` never makes."""
+    monkeypatch.delenv("DHT_SECRET", raising=False)
+    files = LocalCA(tmp_path / "tls").issue("node")
+    port = str(free_ports(1)[0])
+    node = [
+        "node",
+        "--port",
+        port,
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--cluster",
+        f"http://{HOST}:{port}",
+        *files.flags(),
+    ]
+    refused = run_module("dht", *node, timeout=20)
+    assert refused.returncode == 2, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "--secret" in errors[0], refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "d").exists()
