@@ -276,7 +276,8 @@ class NodeConfig:
         parse=cluster_secret,
         environment="DHT_SECRET",
         help="cluster secret that node-to-node traffic and membership steps must prove (it "
-        "is never sent), up to 1 KiB; required with TLS (default: "
+        "is never sent; a proof is taken once, restarts included), up to 1 KiB; required "
+        "with TLS (default: "
         "$DHT_SECRET; `node` without one accepts replica writes from anyone who reaches "
         "its port; `cluster` generates one)",
     )

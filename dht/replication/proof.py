@@ -22,6 +22,8 @@ import heapq
 import hmac
 import os
 import struct
+from collections.abc import Iterable
+from typing import Protocol
 
 NONCE_BYTES = 16
 PROOF_BYTES = hashlib.sha256().digest_size
@@ -69,9 +71,10 @@ def proves(expected: bytes, offered: bytes) -> bool:
 # made, a fresh nonce and an HMAC over both, the receiving node's URL (so a request
 # captured on its way to one node is worth nothing at another), the method, the target
 # (path and query, as sent) and a digest of the body. The receiver takes it within
-# `REQUEST_WINDOW_MS` of its own clock and once only (`SeenNonces`), so a captured
-# request can be neither replayed nor changed, and shows nothing of the secret. Its form
-# and time are judged before the body is read (`unfit_proof`), the MAC after.
+# `REQUEST_WINDOW_MS` of its own clock and once only (`SeenNonces`, kept on disk, so a
+# restart forgets none), so a captured request can be neither replayed nor changed, and
+# shows nothing of the secret. Its form and time are judged before the body is read
+# (`unfit_proof`), the MAC after.
 
 # How far a request's time may be from the receiver's clock, either way.
 REQUEST_WINDOW_MS = 300_000
@@ -113,6 +116,15 @@ def _request_mac(
     return _mac(secret, parts).hex()
 
 
+class NonceStore(Protocol):
+    """Where `SeenNonces` keeps its nonces across restarts (the node's storage)."""
+
+    def remember_nonce(self, nonce: bytes, forget_at_ms: int) -> None:
+        """Durable once it returns, as a record is; raises if it cannot be kept."""
+
+    def forget_nonces(self, nonces: list[bytes]) -> None: ...
+
+
 class SeenNonces:
     """The nonces of the requests taken within the window, each forgotten once its
     request's time is out of the window: a replay inside the window is refused by its
@@ -120,25 +132,47 @@ class SeenNonces:
     more from now, and a nonce is kept until exactly then). Only proven requests are
     remembered, so a stranger cannot fill it; each nonce is forgotten once, from a heap
     ordered by when it may be (found by review: rebuilding the whole set per request
-    was quadratic in the request rate)."""
+    was quadratic in the request rate).
 
-    def __init__(self, window_ms: int = REQUEST_WINDOW_MS) -> None:
+    With a `store`, a nonce is saved before its request is taken, and `kept` (what the
+    store held at start) is remembered again: a restart inside the window forgets no
+    request taken before it. Not a bound on the proofs' time instead (none made before
+    this node's start, say): a peer's clock may be behind this one's, and its fresh
+    requests would be refused for as long."""
+
+    def __init__(
+        self,
+        window_ms: int = REQUEST_WINDOW_MS,
+        store: NonceStore | None = None,
+        kept: Iterable[tuple[int, bytes]] = (),
+    ) -> None:
+        """`kept`: (when to forget, nonce) pairs, as `store` saved them."""
         self._window = window_ms
-        self._seen: set[bytes] = set()
-        self._expiry: list[tuple[int, bytes]] = []  # a heap: (when to forget, nonce)
+        self._store = store
+        self._expiry = list(kept)  # a heap: (when to forget, nonce)
+        heapq.heapify(self._expiry)
+        self._seen = {nonce for _, nonce in self._expiry}
 
     def __len__(self) -> int:
         return len(self._seen)
 
     def first_time(self, nonce: bytes, made_ms: int, now_ms: int) -> bool:
-        """Whether `nonce` is new (it is remembered from now on)."""
+        """Whether `nonce` is new (it is remembered from now on). Raises what the store
+        raises, having remembered nothing."""
         expiry = self._expiry
+        forgotten = []
         while expiry and expiry[0][0] <= now_ms:
-            self._seen.discard(heapq.heappop(expiry)[1])
+            forgotten.append(heapq.heappop(expiry)[1])
+            self._seen.discard(forgotten[-1])
+        if forgotten and self._store is not None:
+            self._store.forget_nonces(forgotten)
         if nonce in self._seen:
             return False
+        forget_at = made_ms + self._window
+        if self._store is not None:
+            self._store.remember_nonce(nonce, forget_at)
         self._seen.add(nonce)
-        heapq.heappush(expiry, (made_ms + self._window, nonce))
+        heapq.heappush(expiry, (forget_at, nonce))
         return True
 
 

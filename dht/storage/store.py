@@ -1,5 +1,6 @@
-"""Local storage on LevelDB (plyvel): records under one prefix, hints under another, and
-the digest index of the records under a third.
+"""Local storage on LevelDB (plyvel): records under one prefix, hints under another, the
+digest index of the records under a third, and the nonces of internal requests taken
+lately (dht/replication/proof.py, `SeenNonces`) under a fourth.
 
 The digest index holds, for every record, its version, digest and copies (dht/model/merkle.py)
 under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
@@ -42,6 +43,8 @@ DIGESTS_READY = b"m:digests-2"
 _OLDER_INDEX_MARKERS = [b"m:digests-1"]
 # The hybrid clock's saved ceiling (dht/model/clock.py): 8 bytes big-endian.
 CLOCK_CEILING = b"m:clock-ceiling"
+# Nonce -> when it may be forgotten (Unix ms, 8 bytes big-endian).
+NONCES_PREFIX = b"n"
 _INDEX_BATCH = 10_000
 
 ChangeListener = Callable[[bytes, Digest | None, Digest | None], None]
@@ -150,6 +153,7 @@ class Storage:
         self._db = open_leveldb(data_dir)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self.hints = self._db.prefixed_db(HINTS_PREFIX)
+        self._nonces = self._db.prefixed_db(NONCES_PREFIX)
         self.disk = DiskSpace(data_dir, disk_reserve)
         self._sync = sync_writes
         # Large values are written by this thread (plyvel lets go of the GIL meanwhile),
@@ -180,6 +184,27 @@ class Storage:
         after this returns. Not held to the disk reserve: it is 8 bytes, and refusing it
         would refuse every write. Raises DiskFull when the volume has not a byte left."""
         put_or_disk_full(self._db, CLOCK_CEILING, ceiling.to_bytes(8, "big"), sync=True)
+
+    # -- the nonces of internal requests taken (dht.replication.proof.NonceStore) ----------
+
+    def kept_nonces(self) -> list[tuple[int, bytes]]:
+        """Every nonce `remember_nonce` saved and `forget_nonces` did not remove, with
+        when it may be forgotten."""
+        return [(int.from_bytes(at, "big"), nonce) for nonce, at in self._nonces]
+
+    def remember_nonce(self, nonce: bytes, forget_at_ms: int) -> None:
+        """As durable as a record (synced with --sync-writes; a node killed keeps it).
+        Not held to the disk reserve: a few dozen bytes, and refusing them would refuse
+        internal reads too. Raises DiskFull when the volume has not a byte left."""
+        put_or_disk_full(self._nonces, nonce, forget_at_ms.to_bytes(8, "big"), sync=self._sync)
+
+    def forget_nonces(self, nonces: list[bytes]) -> None:
+        """One batch. One that fails is logged: the nonces stay on disk, and the next
+        start drops them again, past their time."""
+        try:
+            write_or_disk_full(self._nonces, [], nonces)
+        except DiskFull as exc:
+            log.warning("kept %d nonces past their time: %s", len(nonces), exc)
 
     def get(self, key: bytes) -> Record | None:
         data = self._records.get(key)

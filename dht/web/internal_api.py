@@ -66,7 +66,13 @@ class InternalApi:
         self._secret = secret
         self._membership = membership
         self._refusals = RateLimitedLog(log)
-        self._seen = SeenNonces()  # the nonces of the internal requests taken lately
+        # The nonces of the internal requests taken lately, on disk too (a restart
+        # forgets none, SPEC.md rule 11.4); read only when there is a secret to prove.
+        self._seen = (
+            SeenNonces(store=storage, kept=storage.kept_nonces())
+            if secret is not None
+            else SeenNonces()
+        )
         # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
         self.exchange_answerer: ExchangeAnswerer | None = None
         # Told of every replica write once stored (the handoff looks for records this
@@ -171,16 +177,19 @@ class InternalApi:
             return text(413, f"Payload Too Large: internal requests take {MAX_INTERNAL_BODY} bytes")
         body = await request.read()
         if self._secret is not None:
-            why = check_request(
-                self._secret,
-                self._self_url,
-                header,
-                request.method,
-                request.raw_path,
-                body,
-                int(time.time() * 1000),
-                self._seen,
-            )
+            try:
+                why = check_request(
+                    self._secret,
+                    self._self_url,
+                    header,
+                    request.method,
+                    request.raw_path,
+                    body,
+                    int(time.time() * 1000),
+                    self._seen,
+                )
+            except DiskFull as exc:  # its nonce could not be kept: taking it could replay
+                return text(503, f"Unavailable: cannot keep the request's nonce: {exc}")
             if why is not None:
                 return self._refused(request, why)
         return body

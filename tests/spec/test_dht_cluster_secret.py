@@ -150,3 +150,26 @@ def test_nodes_started_with_different_cluster_lists_do_not_ack_for_each_other(
     finally:
         a.stop()
         b.stop()
+
+
+@rule("11.4")
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_a_captured_internal_request_is_refused_after_the_node_restarts(
+    start_cluster: ClusterFactory, stop: str
+) -> None:
+    """An internal request taken once is refused again for as long as its time is in
+    the window, a restart of the receiver (stopped, or killed) in between."""
+    node = start_cluster(1, ["--secret", "s3cret"])[0]
+    assert node.put("account", b"real").status == 201
+    records = f"{node.url}/internal/v0/records?start=a"
+    captured = proof_header("s3cret", "GET", records)
+    assert request("GET", records, headers=captured).status == 200
+    if stop == "SIGKILL":
+        node.kill()
+        node.start()
+    else:
+        node.restart()
+    replayed = request("GET", records, headers=captured)
+    assert replayed.status == 403 and "replay" in replayed.text, replayed
+    fresh = proof_header("s3cret", "GET", records)
+    assert request("GET", records, headers=fresh).status == 200
