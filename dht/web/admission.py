@@ -83,16 +83,24 @@ class ByteBudget:
         self.in_flight += size
         return True
 
+    def fits(self, size: int) -> bool:
+        """Whether `size` more bytes fit the budget now (a message alone always does)."""
+        return self.in_flight + size <= self.limit or self.in_flight <= 0
+
     def reserve(self, size: int) -> bool:
-        """Takes `size` bytes for a body announced and not yet read, or counts a refusal
-        and returns False. Such reservations take at most half the budget (one alone
-        always passes), so what they hold before a byte of theirs has come never stops
-        bodies that came whole, nor replica traffic. `arrived` counts their bytes in."""
+        """Takes `size` bytes for a body announced and not yet read, if they fit the
+        budget and the half of it such reservations may take (one alone always does);
+        False, with nothing taken and no refusal counted, if not: the caller refuses the
+        body if it does not `fit`, and else reads it as it comes, taking its bytes as they
+        arrive (`acquire`). So what reservations hold before a byte of theirs has come
+        never stops bodies that come, nor replica traffic (found by review: silent bodies
+        holding the half refused every PUT over 64 KiB, its body sent whole with its
+        head and the other half free). `arrived` counts their bytes in."""
         if self.awaited + size > self.limit // 2 and self.awaited > 0:
-            self.refused += 1
             return False
-        if not self.acquire(size):
+        if not self.fits(size):
             return False
+        self.in_flight += size
         self.awaited += size
         return True
 

@@ -143,8 +143,8 @@ class ClientApi:
         """The body of a PUT aiohttp took, read whole before the request counts in
         flight: one of announced length is admitted by that length before a byte of it is
         read (413 past the value limit, 503 past the byte budget: the body is then never
-        read), a chunked one chunk by chunk; either is cut (408) if it falls behind the
-        minimum rate."""
+        read; chunk by chunk if reservations hold their half of the budget), a chunked
+        one chunk by chunk; either is cut (408) if it falls behind the minimum rate."""
         self._entity_params(params)  # a 400 before the body is read
         ttl_param(params)
         length = request.content_length
@@ -152,7 +152,12 @@ class ClientApi:
             return await self._read_chunked(request)
         if length > self._max_value_bytes:
             raise PayloadTooLarge(f"values are limited to {self._max_value_bytes} bytes")
-        if not self._budget.reserve(length):
+        # Reserved by its length; or, the half kept for bodies still to come being full,
+        # taken chunk by chunk as it arrives (as a chunked one), so that silent bodies
+        # holding that half refuse no body that comes.
+        reserved = self._budget.reserve(length)
+        if not reserved and not self._budget.fits(length):
+            self._budget.refused += 1
             raise Refused(self._over_budget())
         received = 0
         try:
@@ -162,12 +167,18 @@ class ClientApi:
                 chunk = await self._paced(request, head_came, received)
                 if not chunk:
                     raise ConnectionResetError("the client stopped before its body's end")
+                if reserved:
+                    self._budget.arrived(len(chunk))
+                elif not self._budget.acquire(len(chunk), held=received):
+                    raise Refused(self._over_budget())
                 received += len(chunk)
-                self._budget.arrived(len(chunk))
                 parts.append(chunk)
         except BaseException:
-            self._budget.arrived(length - received)
-            self._budget.release(length)
+            if reserved:
+                self._budget.arrived(length - received)
+                self._budget.release(length)
+            else:
+                self._budget.release(received)
             raise
         return Body(b"".join(parts), length, self._budget.release)
 
