@@ -179,6 +179,10 @@ class PendingCall(Generic[T]):
             self._fail(answer, "error", None)
             return
         if self._size and isinstance(answer, Failed) and answer.why is Why.OVERLOADED:
+            # Its id is spent (the refusal came after its last fragment): until it goes
+            # again it has none, so no later `forget`, `received` or `stalled` can name
+            # another call that a new connection gave the same id.
+            self._call_id = None
             self._send_again_later(unexpected(answer))
             return
         seconds = time.perf_counter() - self._started

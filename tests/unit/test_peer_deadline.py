@@ -14,7 +14,7 @@ import pytest
 from dht.config import NodeConfig
 from dht.model.record import Record
 from dht.replication.channel import OnAnswer
-from dht.replication.messages import Failed, RecordFound, Request, Stored, Why
+from dht.replication.messages import Answer, Failed, RecordFound, Request, Stored, Why
 from dht.replication.peer_call import SLOWEST_TRANSFER, transfer_time
 from dht.replication.peers import Peer, PeerError
 from dht.replication.protocol import FRAGMENT_BYTES
@@ -279,3 +279,66 @@ async def test_a_large_write_declined_again_and_again_fails_at_its_deadline(peer
     assert own - EARLY <= loop.time() - started < own + SLACK
     assert len(channel.answers) >= 2
     assert outcomes in (["error"], ["timeout"])
+
+
+class ReconnectingChannel(StandInChannel):
+    """Call ids are a connection's: `reconnect` drops the connection (its pending calls
+    fail) and the next one numbers its calls from 1 again; `forget` takes the call's
+    answer away, as `ClientConnection.forget` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = 0
+
+    def dialled(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for request_for, on_answer in waiting:
+            self._next += 1
+            self.answers[self._next] = self._once(self._next, on_answer)
+            request_for(self._next)
+
+    def _once(self, call_id: int, on_answer: OnAnswer) -> OnAnswer:
+        """An answer takes its call off the connection, as `ClientConnection` does."""
+
+        def answered(answer: Answer | PeerError) -> None:
+            if self.answers.get(call_id) is answered:
+                del self.answers[call_id]
+            on_answer(answer)
+
+        return answered
+
+    def reconnect(self) -> None:
+        pending, self.answers = self.answers, {}
+        self._next = 0
+        for on_answer in pending.values():
+            on_answer(PeerError("replica channel closed"))
+
+    def forget(self, call_id: int | None) -> None:
+        super().forget(call_id)
+        if call_id is not None:
+            self.answers.pop(call_id, None)
+
+
+async def test_a_declined_write_ending_after_a_reconnection_forgets_no_other_call(
+    peer: Peer,
+) -> None:
+    """A declined write's call id was spent when the refusal came; the connection it was
+    on closes, the next one gives id 1 to another call. The declined write's deadline
+    must not forget that call: its answer would be thrown away and it would time out."""
+    channel = ReconnectingChannel()
+    peer.channel = channel  # type: ignore[assignment]
+    declined = peer.put(b"big", Record.live(7, LARGE))
+    own = TIMEOUT + transfer_time(len(b"big") + len(LARGE))
+    # Its last fragment left late, behind others: declined after its own transfer time.
+    await asyncio.sleep(own - TIMEOUT + 0.05)
+    channel.answers[1](Failed(1, Why.OVERLOADED, "over its byte budget"))
+    channel.reconnect()
+    read = peer.get(b"small")  # call 1 of the new connection
+    assert 1 in channel.answers
+    await asyncio.sleep(own - (own - TIMEOUT + 0.05) + 0.02)  # the declined one's deadline
+    assert declined.done()
+    answer = channel.answers.get(1)
+    assert answer is not None, "the declined write's deadline forgot the read (call 1)"
+    answer(RecordFound(1, Record.live(8, b"v")))
+    assert await read == Record.live(8, b"v")
+    await asyncio.gather(declined, return_exceptions=True)
