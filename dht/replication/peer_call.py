@@ -7,6 +7,7 @@ and metrics are told."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -40,9 +41,11 @@ class CallOwner(Protocol):
     timeout: float
     channel: ReplicaChannel
     breaker: Breaker
-    # Bytes of the large requests sent to it so far, and of those not settled yet.
+    # Bytes of the large requests sent to it so far, of those not settled yet, and of
+    # those among them declined and waiting to go again (not on their way).
     large_sent: int
     large_unsettled: int
+    large_waiting: int
 
     def after_large_settled(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once another large request to the peer has settled."""
@@ -102,7 +105,7 @@ class PendingCall(Generic[T]):
 
     A large write the peer declined for its byte budget (rule 7.7: the peer holds as
     many bytes as it takes) is sent again once another large request to the peer has
-    settled, freeing that much there, or after `--timeout` when none is pending, within
+    settled, freeing that much there, or after `--timeout` when none is on its way, within
     the same deadline."""
 
     __slots__ = (
@@ -198,18 +201,35 @@ class PendingCall(Generic[T]):
         """The peer declined this large write for its byte budget: it goes again once
         another large request to the peer has settled (the peer has let go of that
         one's bytes, or this node of its claim on them), or after `--timeout` when no
-        other is pending; its deadline runs on meanwhile."""
+        other is on its way then; its deadline runs on meanwhile. Writes declined and
+        waiting like it are not on their way: none of them would settle to wake the
+        others before their deadlines."""
         self._declined = declined
         peer = self._peer
-        if peer.large_unsettled > self._size:
-            peer.after_large_settled(self._send_again)
-        else:
-            asyncio.get_running_loop().call_later(peer.timeout, self._send_again)
+        peer.large_waiting += self._size
+        peer.after_large_settled(functools.partial(self._send_again, declined))
+        asyncio.get_running_loop().call_later(
+            peer.timeout, functools.partial(self._send_again_if_alone, declined)
+        )
 
-    def _send_again(self) -> None:
-        if self._result.done():
+    def _send_again_if_alone(self, declined: PeerError) -> None:
+        """`--timeout` after the refusal: it goes again if no other large request is on
+        its way to the peer (none will settle to wake it), else looks again later."""
+        if self._declined is not declined or self._result.done():
             return
+        peer = self._peer
+        if peer.large_unsettled > peer.large_waiting:
+            asyncio.get_running_loop().call_later(
+                peer.timeout, functools.partial(self._send_again_if_alone, declined)
+            )
+            return
+        self._send_again(declined)
+
+    def _send_again(self, declined: PeerError) -> None:
+        if self._declined is not declined or self._result.done():
+            return  # sent again already, or settled
         self._declined = None
+        self._peer.large_waiting -= self._size
         self._peer.channel.call(self._request, self._answered)
 
     def expire(self) -> None:
@@ -247,6 +267,9 @@ class PendingCall(Generic[T]):
     def _settled(self, result: asyncio.Future[T]) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self._declined is not None:  # it waited to go again: it waits no more
+            self._declined = None
+            self._peer.large_waiting -= self._size
         if result.cancelled():
             self._peer.observe_call("cancelled", None)
             self._peer.channel.forget(self._call_id)

@@ -120,6 +120,7 @@ class Peer:
         # them to settle.
         self.large_sent = 0
         self.large_unsettled = 0
+        self.large_waiting = 0  # of the unsettled, bytes declined and waiting to go again
         self._after_large: list[Callable[[], None]] = []
 
     def set_identity(self, ring_identity: str) -> None:

@@ -281,6 +281,35 @@ async def test_a_large_write_declined_again_and_again_fails_at_its_deadline(peer
     assert outcomes in (["error"], ["timeout"])
 
 
+async def test_large_writes_all_declined_with_none_other_on_its_way_go_again_after_the_timeout(
+    peer: Peer,
+) -> None:
+    """Two large writes, both declined, and nothing else to the replica on its way: each
+    counted the other as pending and waited for it to settle, which neither did before
+    its deadline. After `--timeout` one goes again, as one declined alone does; the
+    other goes once that one has settled."""
+    channel = channel_of(peer)
+    loop = asyncio.get_running_loop()
+    calls = [peer.put(f"k{index}".encode(), Record.live(7, LARGE)) for index in range(2)]
+    started = loop.time()
+    channel.answers[1](Failed(1, Why.OVERLOADED, "over its byte budget"))
+    channel.answers[2](Failed(2, Why.OVERLOADED, "over its byte budget"))
+    for _ in range(100):
+        if len(channel.answers) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert len(channel.answers) == 3, "neither declined write was sent again"
+    assert loop.time() - started < TIMEOUT + SLACK
+    channel.answers[3](Stored(3, True))  # the one on its way settles: the other goes
+    for _ in range(10):
+        if len(channel.answers) == 4:
+            break
+        await asyncio.sleep(0.01)
+    channel.answers[4](Stored(4, True))
+    assert await asyncio.gather(*calls) == [True, True]
+    assert outcomes == ["ok", "ok"]
+
+
 class ReconnectingChannel(StandInChannel):
     """Call ids are a connection's: `reconnect` drops the connection (its pending calls
     fail) and the next one numbers its calls from 1 again; `forget` takes the call's
