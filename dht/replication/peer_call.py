@@ -46,6 +46,7 @@ class CallOwner(Protocol):
     large_sent: int
     large_unsettled: int
     large_waiting: int
+    closed: bool  # the node stopped talking to it (`Peer.close`)
 
     def after_large_settled(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once another large request to the peer has settled."""
@@ -228,6 +229,9 @@ class PendingCall(Generic[T]):
     def _send_again(self, declined: PeerError) -> None:
         if self._declined is not declined or self._result.done():
             return  # sent again already, or settled
+        if self._peer.closed:  # on no connection, and never to be: the refusal stands
+            self._fail(declined, "error", None)
+            return
         self._declined = None
         self._peer.large_waiting -= self._size
         self._peer.channel.call(self._request, self._answered)

@@ -122,6 +122,7 @@ class Peer:
         self.large_unsettled = 0
         self.large_waiting = 0  # of the unsettled, bytes declined and waiting to go again
         self._after_large: list[Callable[[], None]] = []
+        self.closed = False
 
     def set_identity(self, ring_identity: str) -> None:
         """The ring identity the next connections to this peer present (after a step of
@@ -131,7 +132,13 @@ class Peer:
         self._session.headers[RING_HEADER] = ring_identity
 
     async def close(self) -> None:
+        """Ends every call to the peer now: those on the channel, and the large writes
+        it declined that wait to go again (on no connection, they fail here)."""
+        self.closed = True
         await self.channel.close()
+        waiting, self._after_large = self._after_large, []
+        for callback in waiting:
+            callback()
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
         await self._session.close()

@@ -371,3 +371,21 @@ async def test_a_declined_write_ending_after_a_reconnection_forgets_no_other_cal
     answer(RecordFound(1, Record.live(8, b"v")))
     assert await read == Record.live(8, b"v")
     await asyncio.gather(declined, return_exceptions=True)
+
+
+async def test_a_declined_write_waiting_to_go_again_fails_when_the_peer_closes(
+    peer: Peer,
+) -> None:
+    """Closing a peer (node stopping, node retired) ends every call to it at once; a
+    large write declined and waiting to go again is one of them, and is not sent again
+    on the closed channel (which would dial the peer anew)."""
+    channel = channel_of(peer)
+    call = peer.put(b"k", Record.live(7, LARGE))
+    channel.answers[1](Failed(1, Why.OVERLOADED, "over its byte budget"))
+    await peer.close()
+    await asyncio.sleep(0)
+    assert call.done(), "the declined write outlived its peer's close"
+    with pytest.raises(PeerError):
+        call.result()
+    await asyncio.sleep(TIMEOUT + 0.05)
+    assert len(channel.answers) == 1  # never sent again
