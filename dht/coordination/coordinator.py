@@ -21,7 +21,7 @@ from typing import TypeVar
 from dht.config import NodeConfig
 from dht.coordination.cluster_range import local_range, open_cluster_range
 from dht.coordination.tally import Counters, Tally, log_replica_failure
-from dht.model.clock import HybridClock, VersionAhead
+from dht.model.clock import HybridClock, VersionAhead, version_ms
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import MAX_COPIES, Record, newest
 from dht.model.replicas import ReplicaCount
@@ -323,7 +323,9 @@ class Coordinator:
         self, url: str, key: bytes, record: Record, future: asyncio.Future[bool]
     ) -> None:
         if not future.cancelled() and future.exception() is not None:
-            self._hints.add(url, key, record)  # hinted handoff delivers it later
+            # Hinted handoff delivers it later; the hint is as old as the write, not as
+            # the call's deadline (HintStore.add).
+            self._hints.add(url, key, record, version_ms(record.version))
 
     def holders(self, key: bytes, record: Record) -> list[str]:
         """The nodes that are to hold `record` of `key`: its replica sets for the `F` it

@@ -92,9 +92,16 @@ class HintStore:
             self._indexed(stored_key, _CREATED.unpack_from(data)[0], len(stored_key) + len(data))
         self._rebuild_age_order()
 
-    def add(self, target: str, key: bytes, record: Record) -> None:
+    def add(self, target: str, key: bytes, record: Record, written_ms: int | None = None) -> None:
         """Keeps `record` for `target` unless a newer hint for that key is already kept.
-        A hint that would take the disk below its reserve is dropped (and logged)."""
+        A hint that would take the disk below its reserve is dropped (and logged).
+
+        `written_ms`: when the record was written (its version's time, on this node's
+        clock): the hint is as old as that, not as the failure of the call that missed
+        the replica, which comes at its deadline (`--timeout`, plus the transfer time of
+        the large writes queued with it). Anti-entropy stops copying a newer tombstone to
+        a peer without the key once a hint of the older record can no longer land there,
+        counting from the older record's version (SPEC.md rule 9.10)."""
         if self._max_bytes == 0:
             return  # --hint-max-bytes 0: hints are off
         stored_key = hint_key(target, key)
@@ -102,6 +109,8 @@ class HintStore:
         if existing is not None and not record.supersedes(decode_hint(stored_key, existing).record):
             return
         created_ms = self._now_ms()
+        if written_ms is not None:
+            created_ms = min(created_ms, written_ms)
         data = encode_hint(record, created_ms)
         try:
             self._disk.admit(len(stored_key) + len(data))
