@@ -192,13 +192,24 @@ def test_ctrl_c_stops_the_node_with_exit_code_0_within_a_few_seconds(node: Node)
 def test_sigterm_stops_the_node_within_a_few_seconds_despite_a_stalled_request(
     start_cluster: ClusterFactory,
 ) -> None:
-    node = start_cluster(1, ["--max-in-flight", "1"])[0]
-    with socket.create_connection((HOST, node.port), timeout=10.0) as stalled:
-        stalled.sendall(
-            b"PUT /v0/entity?id=stalled HTTP/1.1\r\nHost: dht\r\nContent-Length: 10\r\n\r\nx"
-        )
-        # With one slot, a 503 to another request proves the stalled one is in flight.
-        wait_for(lambda: node.get("other").status, lambda status: status == 503)
-        code, elapsed = node.stop_timed(signal.SIGTERM, STOP_WITHIN)
+    node, paused = start_cluster(
+        2, ["--max-in-flight", "1", "--timeout", "30", "--breaker-threshold", "100"]
+    )
+    paused.pause()
+    try:
+        with (
+            socket.create_connection((HOST, node.port), timeout=10.0) as stalled,
+            socket.create_connection((HOST, node.port), timeout=10.0) as slow_body,
+        ):
+            # A 2/2 GET waits up to 30 s for the paused replica; a PUT's body stalls.
+            stalled.sendall(b"GET /v0/entity?id=stalled&replicas=2/2 HTTP/1.1\r\nHost: dht\r\n\r\n")
+            slow_body.sendall(
+                b"PUT /v0/entity?id=slow HTTP/1.1\r\nHost: dht\r\nContent-Length: 10\r\n\r\nx"
+            )
+            # With one slot, a 503 to another request proves the GET is in flight.
+            wait_for(lambda: node.get("other").status, lambda status: status == 503)
+            code, elapsed = node.stop_timed(signal.SIGTERM, STOP_WITHIN)
+    finally:
+        paused.resume()
     assert code == 0, node.log_tail()
     assert elapsed < STOP_WITHIN
