@@ -128,12 +128,13 @@ def test_a_node_reaches_each_peer_at_its_loopback_url(testbed: NetnsTestbed, hos
                 assert status == 200 and body.endswith(f" node {target}"), body
 
 
-def test_cutting_a_link_breaks_that_direction_only(testbed: NetnsTestbed) -> None:
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_cutting_a_link_breaks_that_direction_only(testbed: NetnsTestbed, host: str) -> None:
     port = testbed.ports
     testbed.cut([testbed.links[0, 1]])
-    assert fetch(testbed, 0, f"http://127.0.0.1:{port[1]}/")[0] == 502
-    assert fetch(testbed, 1, f"http://127.0.0.1:{port[0]}/")[0] == 200
-    assert fetch(testbed, 0, f"http://127.0.0.1:{port[2]}/")[0] == 200
+    assert fetch(testbed, 0, f"http://{host}:{port[1]}/")[0] == 502
+    assert fetch(testbed, 1, f"http://{host}:{port[0]}/")[0] == 200
+    assert fetch(testbed, 0, f"http://{host}:{port[2]}/")[0] == 200
     assert get(f"http://127.0.0.1:{port[1]}/")[0] == 200  # the harness's way in is no link
 
 

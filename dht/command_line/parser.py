@@ -20,6 +20,9 @@ shell would split it but run without one, with these placeholders:
 """
     + PLACEHOLDER_HELP
     + """\
+The course's launcher names its nodes http://localhost:PORT and implementations find
+themselves in the list by that string, so {cluster} and {self} take that form, and the
+cluster prints and dials those URLs; --host 127.0.0.1 gives http://127.0.0.1:PORT.
 Its data folder is DATA_DIR/node-N, made for it; `cluster restart URL` runs the same
 command on it again, while `add` and `remove` are refused (membership changes are dht's
 own API). dht's node flags (the ones after --dashboard-port) do not reach it. It cannot
@@ -156,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of the first node; the others follow (default %(default)s)",
     )
     cluster.add_argument(
-        "--host", default="127.0.0.1", help="address the nodes listen on (default %(default)s)"
+        "--host",
+        help="address dht's nodes listen on, the host of their URLs (default 127.0.0.1); "
+        "with --node-command, the host of the URLs in {cluster} and {self} (default "
+        "localhost, the course's form; 127.0.0.1 asks for http://127.0.0.1:PORT)",
     )
     cluster.add_argument(
         "--data-dir",

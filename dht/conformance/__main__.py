@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
-from dht.conformance.launcher import NODE_CWD_ENV
+from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
 from dht.conformance.report import (
     FaultRun,
     RunFacts,
@@ -35,7 +35,15 @@ from dht.conformance.report import (
 )
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
 from dht.history.run_folder import PLOT_FILE, RUNS_ENV, SUMMARY_FILE
-from dht.testbed.node_template import PLACEHOLDER_HELP, node_line, template_problem
+from dht.testbed.node_template import (
+    COURSE_HOST,
+    NUMERIC_HOST,
+    PLACEHOLDER_HELP,
+    TOPOLOGY_HOSTS,
+    node_line,
+    template_problem,
+    topology_url,
+)
 from dht.testbed.toxiproxy import free_ports
 
 SUITE = Path(__file__).resolve().parent / "suite"
@@ -45,6 +53,11 @@ EPILOG = (
     "The node command is a template run once per node, with these placeholders:\n"
     + PLACEHOLDER_HELP
     + """\
+  The course's launcher names its nodes http://localhost:PORT and implementations find
+  themselves in the list by that string, so a --node-command gets that form;
+  --topology-host 127.0.0.1 gives http://127.0.0.1:PORT instead. dht's own nodes (no
+  --node-command) get 127.0.0.1, the address they bind. Clients reach every node at
+  http://127.0.0.1:PORT either way.
 Tiers (SPEC.md part one, then dht's own rules):
   core         the v0 single-node API: status codes, 400 rules, keys and values
   range        /v0/entities on one node: bounds, order, one chunk per record
@@ -101,6 +114,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the command that starts one node (default: dht's own, python -m dht node)",
     )
     parser.add_argument(
+        "--topology-host",
+        choices=TOPOLOGY_HOSTS,
+        help="the host of the node URLs in {cluster} and {self}: "
+        f"http://HOST:PORT (default: {COURSE_HOST}, the course's form, for a "
+        f"--node-command; {NUMERIC_HOST} for dht's own nodes)",
+    )
+    parser.add_argument(
         "--tiers",
         type=parse_tiers,
         default=PART_ONE_TIERS,
@@ -140,6 +160,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
+    if args.topology_host is None:
+        args.topology_host = NUMERIC_HOST if args.node_command is None else COURSE_HOST
     if args.node_command is not None:
         if (problem := template_problem(args.node_command)) is not None:
             parser.error(problem)
@@ -185,14 +207,16 @@ def read_results(path: Path) -> list[SpecTestResult]:
     return results
 
 
-def preflight(node_command: str, start_timeout: float) -> str | None:
-    """Starts one node alone, as the tests will, and waits for /v0/status: None when it
-    answered 200, else why not (its exit and last output). A command that cannot start
-    at all is told in one line before a single rule runs, not once per rule."""
+def preflight(node_command: str, start_timeout: float, topology_host: str) -> str | None:
+    """Starts one node alone, as the tests will (its URL in {cluster} and {self} on
+    `topology_host`), and waits for /v0/status: None when it answered 200, else why not
+    (its exit and last output). A command that cannot start at all is told in one line
+    before a single rule runs, not once per rule."""
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
+    own = topology_url(topology_host, port)
     with tempfile.TemporaryDirectory(prefix="dht-conformance-") as data_dir:
-        line = node_line(node_command, port, data_dir, [url], url)
+        line = node_line(node_command, port, data_dir, [own], own)
         try:
             process = subprocess.Popen(
                 shlex.split(line), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -261,7 +285,7 @@ def make_portable(out: Path, folders: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.node_command is not None:
-        problem = preflight(args.node_command, args.start_timeout)
+        problem = preflight(args.node_command, args.start_timeout, args.topology_host)
         if problem is not None:
             print(f"the node command does not start a node: {problem}", file=sys.stderr)
             return 2
@@ -275,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         RUNS_ENV: str(runs),
         NODE_CWD_ENV: os.getcwd(),
         QUICK_ENV: "1" if args.quick else "0",
+        TOPOLOGY_HOST_ENV: args.topology_host,
     }
     env.pop("DHT_NODE_COMMAND", None)
     if args.node_command is not None:
@@ -282,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     implementation = args.node_command or "dht (python -m dht node)"
     started_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     started = time.monotonic()
-    print(f"conformance: tiers {', '.join(args.tiers)} against {implementation}", flush=True)
+    print(
+        f"conformance: tiers {', '.join(args.tiers)} against {implementation}; "
+        f"{{cluster}} and {{self}} name nodes http://{args.topology_host}:PORT",
+        flush=True,
+    )
     with (
         tempfile.TemporaryDirectory(prefix="dht-conformance-") as scratch,
         (args.out / "pytest.log").open("wb") as log,

@@ -7,7 +7,11 @@ list), for example
 
     DHT_NODE_COMMAND='java -jar my.jar --port {port} --dir {data_dir} --topology {cluster}'
 
-Ports are chosen free at run time on 127.0.0.1; every process is stopped at teardown.
+Such a command gets the course's URLs, http://localhost:PORT, in {cluster} and {self}
+(DHT_TOPOLOGY_HOST=127.0.0.1 asks for http://127.0.0.1:PORT); dht's own nodes get
+127.0.0.1 unless asked (see `topology_host`). Ports are chosen free at run time on
+127.0.0.1, where the tests' clients reach every node; every process is stopped at
+teardown.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from dht.replication.messages import (
 )
 from dht.testbed.certificates import LocalCA
 from dht.testbed.namespaces import die_with_parent
-from dht.testbed.node_template import node_argv
+from dht.testbed.node_template import COURSE_HOST, NUMERIC_HOST, node_argv, topology_url
 from dht.testbed.toxiproxy import free_ports
 
 T = TypeVar("T")
@@ -68,6 +72,9 @@ NODE_CWD_ENV = "DHT_NODE_CWD"
 # "1": every Cluster's nodes talk TLS to each other, with certificates from a throwaway CA
 # in the cluster's folder (the suite runs over TLS; dht's own flags).
 TLS_ENV = "DHT_TLS"
+# The host of the nodes' URLs in {cluster} and {self}: localhost or 127.0.0.1 (the
+# conformance kit's --topology-host); unset, `topology_host` chooses.
+TOPOLOGY_HOST_ENV = "DHT_TOPOLOGY_HOST"
 # The smallest non-empty key: a range from it takes every key (a start must not be empty).
 LOWEST_KEY = "\x00"
 DEFAULT_COMMAND = (
@@ -83,6 +90,18 @@ def node_command_template() -> str:
 def testing_dht_itself() -> bool:
     """True unless DHT_NODE_COMMAND points the tests at another implementation."""
     return node_command_template() == DEFAULT_COMMAND
+
+
+def topology_host() -> str:
+    """The host of every node's URL in the topology: DHT_TOPOLOGY_HOST if set, else the
+    course's `localhost` for another implementation, which finds itself in the list by
+    that string, and `127.0.0.1` for dht's own nodes, which bind it: a dial of
+    `localhost` costs them a lookup, and where /etc/hosts also maps it to ::1, a refused
+    attempt at ::1 first, on every replica channel and every new HTTP connection."""
+    chosen = os.environ.get(TOPOLOGY_HOST_ENV)
+    if chosen:
+        return chosen
+    return NUMERIC_HOST if testing_dht_itself() else COURSE_HOST
 
 
 def dht_tuning(*flags: str) -> list[str]:
@@ -294,7 +313,8 @@ class Node:
 
 
 class Cluster:
-    """N nodes with one topology, on free loopback ports."""
+    """N nodes with one topology, on free loopback ports: each node's `url` (where the
+    tests reach it) is on 127.0.0.1, its `cluster_url` in the `topology_host` form."""
 
     def __init__(
         self,
@@ -305,7 +325,8 @@ class Cluster:
     ) -> None:
         """`ports`: where the nodes listen; by default free ones, chosen now."""
         ports = ports or free_ports(size)
-        self.urls = [f"http://{HOST}:{port}" for port in ports]
+        host = topology_host()
+        self.urls = [topology_url(host, port) for port in ports]
         self.nodes = [
             Node(
                 port,

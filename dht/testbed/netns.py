@@ -17,11 +17,15 @@ the peers' URLs lead into Toxiproxy:
     the root namespace (the harness; one more veth on the bridge, PREFIX.1/24)
       127.0.0.1:PORT_i   -> proxy `harness-to-nodei` -> node i's ingress
 
-So node i dialing `http://127.0.0.1:PORT_j` crosses the link i -> j, the harness reaches
-node i at the URL it would without namespaces, and a link fault is what `Testbed` makes
-of it (`LinkFaults`). Every namespace and process here dies with the harness, whatever
-way it ends; see namespaces.py for the one rule that follows (start processes from the
-main thread).
+The namespaces are the network's only: /etc/hosts is the machine's, where `localhost` is
+127.0.0.1 (where it also names ::1, nothing listens at [::1]:PORT_j in node i's
+namespace, so a client that tries ::1 first is refused at once and goes on to
+127.0.0.1). So node i dialing `http://127.0.0.1:PORT_j`, or `http://localhost:PORT_j` (the
+course's form, which the conformance kit gives: node_template.py), crosses the link
+i -> j, the harness reaches node i at the URL it would without namespaces, and a link
+fault is what `Testbed` makes of it (`LinkFaults`). Every namespace and process here
+dies with the harness, whatever way it ends; see namespaces.py for the one rule that
+follows (start processes from the main thread).
 """
 
 from __future__ import annotations

@@ -12,13 +12,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PLACEHOLDERS = ("{port}", "{data_dir}", "{cluster}", "{self}")
+# The host of the URLs in {cluster} and {self}. The course's own launcher and tests name
+# every node http://localhost:PORT, and its implementations find their own entry in the
+# list by that exact string: handed http://127.0.0.1:PORT, such a node takes itself for a
+# peer and forwards the requests meant for itself to itself. So another implementation
+# gets the course's form unless it asks for the numeric one.
+COURSE_HOST = "localhost"
+NUMERIC_HOST = "127.0.0.1"
+TOPOLOGY_HOSTS = (COURSE_HOST, NUMERIC_HOST)
 # What each placeholder stands for, for a command's --help.
 PLACEHOLDER_HELP = """\
   {port}      the loopback port this node must listen on (required)
   {data_dir}  an empty folder for its data, the same one when the node restarts
-  {cluster}   every node's URL, comma-separated (http://127.0.0.1:PORT,...)
-  {self}      this node's URL in that list
+  {cluster}   every node's URL, comma-separated, in the course's form
+              http://localhost:PORT,... (http://127.0.0.1:PORT,... when asked)
+  {self}      this node's URL in that list, the same string
 """
+
+
+def topology_url(host: str, port: int) -> str:
+    """A node's URL as {cluster} and {self} give it: `http://HOST:PORT`."""
+    return f"http://{host}:{port}"
 
 
 def template_problem(template: str) -> str | None:

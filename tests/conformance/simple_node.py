@@ -6,6 +6,11 @@ must pass it on `core` and `range` and fail it on `replication` and `durability`
 failure saying why.
 
     python tests/conformance/simple_node.py --port PORT --cluster URL[,URL...]
+        [--self URL] [--course-topology]
+
+With --course-topology it finds itself in --cluster as the course's implementations do,
+by the exact string `http://localhost:PORT` (and --self, if given, must be that
+string), and exits 1 before serving when it is not there.
 """
 
 from __future__ import annotations
@@ -87,7 +92,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cluster", default="", help="comma-separated node URLs")
+    parser.add_argument("--self", dest="self_url", help="this node's URL in --cluster")
+    parser.add_argument(
+        "--course-topology",
+        action="store_true",
+        help="find this node in --cluster by the string http://localhost:PORT, or exit 1",
+    )
     args = parser.parse_args()
+    if args.course_topology:
+        own = f"http://localhost:{args.port}"
+        if own not in args.cluster.split(",") or args.self_url not in (None, own):
+            raise SystemExit(f"simple-node: {own} is not in --cluster {args.cluster}")
     store = SimpleStore(max(1, len([url for url in args.cluster.split(",") if url])))
     app = web.Application(
         client_max_size=64 * 1024 * 1024,

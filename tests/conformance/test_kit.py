@@ -119,3 +119,31 @@ def test_the_kit_refuses_a_node_command_it_cannot_start(tmp_path: Path) -> None:
     assert "does not start a node" in run.output and "exited with code 1" in run.output
     assert "no flag --dir" in run.output, run.output
     assert not run.results, "no rule may run when the command cannot start a node"
+
+
+# A node that finds itself in {cluster} as the course's implementations do: by the exact
+# string http://localhost:PORT; it exits 1 before serving when that string is not there.
+COURSE_NODE = (
+    node_command("simple_node.py") + " --cluster {cluster} --self {self} --course-topology"
+)
+
+
+def test_the_kit_names_nodes_as_the_course_does_so_an_implementation_finds_itself(
+    tmp_path: Path,
+) -> None:
+    run = run_kit(
+        tmp_path, "--node-command", COURSE_NODE, "--tiers", "core", "-k", "test_put_answers_201"
+    )
+    assert run.exit_code == 0, run.output + run.report
+    assert [result["outcome"] for result in run.results] == ["passed"], run.results
+    assert "{cluster} and {self} name nodes http://localhost:PORT" in run.output, run.output
+
+
+def test_topology_host_127_0_0_1_gives_the_numeric_form(tmp_path: Path) -> None:
+    run = run_kit(
+        tmp_path, "--node-command", COURSE_NODE, "--topology-host", "127.0.0.1", "--tiers", "core"
+    )
+    assert run.exit_code == 2, run.output
+    assert "does not start a node" in run.output and "exited with code 1" in run.output
+    assert "is not in --cluster http://127.0.0.1:" in run.output, run.output
+    assert not run.results

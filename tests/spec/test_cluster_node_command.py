@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.http_client import HOST, request, status_code, wait_for
+from dht.conformance.http_client import request, status_code, wait_for
 from dht.conformance.rules import rule
 from tests.launcher import REPO, interrupt, run_module
 from tests.spec.test_dht_cluster_command import child_pid, consecutive_free_ports
@@ -45,7 +45,8 @@ def test_node_command_cluster_serves_survives_a_kill_and_restarts_the_node_on_it
         process = subprocess.Popen(
             command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    urls = [f"http://{HOST}:{port}" for port in ports]
+    # The course's form (node_template.py): the nodes find themselves in it by that string.
+    urls = [f"http://localhost:{port}" for port in ports]
 
     def output() -> str:
         return log_path.read_text(errors="replace")
@@ -54,6 +55,8 @@ def test_node_command_cluster_serves_survives_a_kill_and_restarts_the_node_on_it
         wait_for(lambda: UP_LINE in output() or process.poll() is not None, bool, deadline=30.0)
         assert process.poll() is None, output()
         assert f"each node runs: {NAIVE_COMMAND}" in output()
+        for url in urls:
+            assert f"naive-node: serving {url} on 127.0.0.1:" in output(), output()
         for index in (1, 2, 3):
             assert (data / f"node-{index}").is_dir()
         # Through each node, read back through every node (3/3: every replica has it).
@@ -113,3 +116,24 @@ def test_a_bad_node_command_template_is_one_line_and_exit_code_2(
     assert len(lines) == 1 and lines[0].startswith("error: --node-command"), lines
     assert reason in lines[0]
     assert list(tmp_path.iterdir()) == []  # nothing started
+
+
+@rule("6.6")
+def test_node_command_cluster_gives_the_numeric_form_with_host_127_0_0_1(tmp_path: Path) -> None:
+    """--host 127.0.0.1 asks for http://127.0.0.1:PORT in {cluster} and {self}: a node that
+    finds itself only by the course's http://localhost:PORT refuses to start, and the
+    cluster says so."""
+    (port,) = consecutive_free_ports(1)
+    course_node = (
+        f"{shlex.quote(sys.executable)} tests/conformance/simple_node.py --port {{port}} "
+        "--cluster {cluster} --self {self} --course-topology"
+    )
+    done = run_module(
+        "dht", "cluster", "--nodes", "1", "--base-port", str(port), "--host", "127.0.0.1",
+        "--dashboard-port", "0", "--data-dir", str(tmp_path / "data"),
+        "--node-command", course_node, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    refusal = f"simple-node: http://localhost:{port} is not in --cluster http://127.0.0.1:{port}"
+    assert refusal in done.stderr, done.stderr
+    assert f"node http://127.0.0.1:{port} exited with code 1" in done.stderr, done.stderr
