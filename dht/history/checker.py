@@ -54,7 +54,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from dht.history.operation import AFTER_EVERYTHING, Kind, Op, Window
-from dht.history.verdict import FINAL_READ, LostWrite, Phantom, Report, Resurrection, StaleRead
+from dht.history.verdict import (
+    FINAL_READ,
+    LostWrite,
+    Phantom,
+    Report,
+    Resurrection,
+    StaleRead,
+    read_source,
+)
 
 # The operation model and the verdicts, importable from here as from their own modules.
 __all__ = [
@@ -255,7 +263,7 @@ def check(
         if op.kind is not Kind.GET or op.status not in (200, 404):
             continue
         index = keys.get(op.key) or KeyHistory((), clock_slack)
-        source = f"GET at {op.invoked:.3f}"
+        source = read_source(op)
         if op.status == 200 and not index.sent(op.value or b""):
             phantoms.append(Phantom(op.key, op.value or b"", source))
         elif op.status == 200 and (expired := index.expired_source(op.value or b"", _window(op))):

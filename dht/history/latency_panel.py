@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from dht.history.operation import Kind, Op
 from dht.history.run import Run, outcome
-from dht.history.verdict import Phantom, Report, Resurrection
+from dht.history.verdict import Phantom, Report, Resurrection, read_source
 
 OUTCOME_COLOURS = {
     "ok": "#2c7fb8",
@@ -163,13 +163,13 @@ def _blamed(run: Run, report: Report) -> dict[str, list[Op]]:
         "stale read": [item.read for item in report.stale_reads],
     }
     seen: list[Resurrection | Phantom] = [*report.resurrected, *report.phantoms]
-    # Such a report names its GET by key, value and "GET at <invoke time>".
+    # Such a report names its GET by key, value and `read_source`.
     sources = {(item.key, item.value, item.source) for item in seen if not item.in_final_state}
     if sources:
         blamed["read of a dead or unknown value"] = [
             op
             for op in run.history
-            if op.kind is Kind.GET and (op.key, op.value, f"GET at {op.invoked:.3f}") in sources
+            if op.kind is Kind.GET and (op.key, op.value, read_source(op)) in sources
         ]
     return {what: ops for what, ops in blamed.items() if ops}
 

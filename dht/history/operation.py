@@ -72,11 +72,13 @@ class Op:
         return math.inf if self.ttl is None else self.settled_by + self.ttl
 
     def describe(self) -> str:
-        """The write as a report names it, with the time it ran."""
+        """The write as a report names it, with the time it ran and the node it went
+        through (where recorded)."""
         if self.kind is Kind.DELETE:
             what = "DELETE"
         else:
             what = f"{self.kind.value} {self.value!r}"
             if self.ttl is not None:
                 what += f" ttl={self.ttl:g}"
-        return f"{what} [{self.invoked:.3f}, {self.settled_by:.3f}]"
+        through = "" if self.node is None else f" through {self.node}"
+        return f"{what} [{self.invoked:.3f}, {self.settled_by:.3f}]{through}"

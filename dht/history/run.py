@@ -4,6 +4,7 @@ writes and reads it, `dht.history.plot` draws it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,31 @@ def run_origin(run: Run) -> float:
     the files and the plot count time from; 0.0 for a run with neither."""
     starts = [op.invoked for op in run.history] + [fault.start for fault in run.faults]
     return min(starts, default=0.0)
+
+
+def relative(run: Run) -> Run:
+    """`run` with every time counted from its first event (`run_origin`), as its run
+    folder keeps it and a report names it; an infinite time stays infinite."""
+    origin = run_origin(run)
+
+    def window(seen: Window) -> Window:
+        return (seen[0] - origin, seen[1] - origin)
+
+    history = [
+        dataclasses.replace(
+            op,
+            invoked=op.invoked - origin,
+            completed=None if op.completed is None else op.completed - origin,
+        )
+        for op in run.history
+    ]
+    faults = [FaultWindow(f.label, f.start - origin, f.end - origin) for f in run.faults]
+    final_at = (
+        window(run.final_at)
+        if isinstance(run.final_at, tuple)
+        else {key: window(seen) for key, seen in run.final_at.items()}
+    )
+    return Run(run.scenario, history, faults, run.final, final_at, run.details)
 
 
 def outcome(status: int | None) -> str:

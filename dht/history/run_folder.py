@@ -15,6 +15,9 @@ A run folder holds:
   to]}}`: the state observed after the heal and when; an infinite time is written null.
 - `run.json`: the scenario, when the folder was written (UTC) and free-form details.
 - `summary.txt` and `plot.png`: the checker's verdict and the picture, as written.
+- `classification.json`: `{"counts": {kind: n}, "examples": {kind: [line, ...]}}`, what
+  became of each write (`dht.history.classification`): stable, lost, stale, never read,
+  undone, invented, indeterminate, and the first few of each kind.
 
 Times are seconds from the run's first event (its earliest invocation or fault start),
 not the monotonic clock they were recorded on: that clock means nothing outside the
@@ -32,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from dht.history.checker import check
+from dht.history.classification import classify
 from dht.history.operation import Kind, Op, Window
-from dht.history.run import FaultWindow, Run, outcome, run_origin
+from dht.history.run import FaultWindow, Run, outcome, relative, run_origin
 
 __all__ = ["FaultWindow", "Run", "new_run_dir", "read_run", "run_origin", "write_run"]
 
@@ -42,6 +46,7 @@ FAULTS_FILE = "faults.jsonl"
 FINAL_FILE = "final.json"
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.txt"
+CLASSIFICATION_FILE = "classification.json"
 PLOT_FILE = "plot.png"
 ORIGIN_NOTE = "times are seconds from the run's first event"
 # Where run folders go unless DHT_CHAOS_RUNS says otherwise.
@@ -158,6 +163,18 @@ def write_run(run_dir: Path, run: Run) -> Path:
 
     report = check(run.history, run.final, final_at=run.final_at)
     (run_dir / SUMMARY_FILE).write_text(report.summary() + "\n" + report.details() + "\n")
+    # Counted from the run's first event, as the files are, so an example's time can be
+    # looked up in them.
+    shifted = relative(run)
+    classification = classify(shifted.history, shifted.final, final_at=shifted.final_at)
+    (run_dir / CLASSIFICATION_FILE).write_text(
+        json.dumps(
+            {"counts": classification.counts(), "examples": classification.examples()},
+            allow_nan=False,
+            indent=1,
+        )
+        + "\n"
+    )
     from dht.history import plot  # matplotlib only when a picture is drawn
 
     path = run_dir / PLOT_FILE

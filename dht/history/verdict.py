@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from dht.history.operation import Kind, Op
 
-# The source a verdict names when the final state saw it (else "GET at <invoke time>").
+# The source a verdict names when the final state saw it (else `read_source`'s).
 FINAL_READ = "final read"
+
+
+def read_source(read: Op) -> str:
+    """How a verdict names a GET it blames: "GET at <invoke time>", and the node it went
+    through where recorded."""
+    through = "" if read.node is None else f" through {read.node}"
+    return f"GET at {read.invoked:.3f}{through}"
 
 
 def _shown(state: bytes | None) -> str:
@@ -40,7 +47,7 @@ class Resurrection:
 
     key: str
     value: bytes
-    source: str  # FINAL_READ or "GET at <time>"
+    source: str  # FINAL_READ or "GET at <time>[ through <node>]"
     dead_by: Op
 
     @property
@@ -66,7 +73,7 @@ class Phantom:
 
     key: str
     value: bytes
-    source: str  # FINAL_READ or "GET at <time>"
+    source: str  # FINAL_READ or "GET at <time>[ through <node>]"
 
     @property
     def in_final_state(self) -> bool:
@@ -86,7 +93,8 @@ class StaleRead:
 
     def __str__(self) -> str:
         return (
-            f"{self.read.key!r}: GET [{self.read.invoked:.3f}, {self.read.settled_by:.3f}] "
+            f"{self.read.key!r}: GET [{self.read.invoked:.3f}, {self.read.settled_by:.3f}]"
+            f"{'' if self.read.node is None else f' through {self.read.node}'} "
             f"saw {_shown(self.read.value)}, missing the acknowledged {self.missed.describe()}"
         )
 
