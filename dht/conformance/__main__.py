@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
@@ -34,7 +35,7 @@ from dht.conformance.report import (
     without_machine_paths,
 )
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
-from dht.history.run_folder import PLOT_FILE, RUNS_ENV, SUMMARY_FILE
+from dht.history.run_folder import CLASSIFICATION_FILE, PLOT_FILE, RUNS_ENV, SUMMARY_FILE
 from dht.testbed.node_template import (
     COURSE_HOST,
     NUMERIC_HOST,
@@ -248,14 +249,27 @@ def fault_runs(out: Path, runs: Path) -> list[FaultRun]:
         sorted(runs.iterdir(), key=lambda path: path.stat().st_mtime) if runs.is_dir() else []
     ):
         summary = folder / SUMMARY_FILE
+        classification = classification_of(folder)
         found.append(
             FaultRun(
                 folder.relative_to(out).as_posix(),
                 summary.read_text().splitlines()[0] if summary.exists() else "(no summary)",
                 (folder / PLOT_FILE).exists(),
+                classification.get("counts", {}),
+                classification.get("examples", {}),
             )
         )
     return found
+
+
+def classification_of(folder: Path) -> dict[str, Any]:
+    """A run folder's `classification.json`, or {} where it has none (or an unreadable
+    one: the report then shows "?" counts rather than failing the run)."""
+    try:
+        loaded = json.loads((folder / CLASSIFICATION_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def machine_folders(node_command: str | None, scratch: str) -> list[str]:

@@ -19,11 +19,10 @@ from pathlib import Path
 
 from dht.conformance.launcher import Node
 from dht.conformance.traffic import attempt, final_read
-from dht.history.checker import check
+from dht.history.classification import Classification, classify
 from dht.history.operation import Kind, Op
-from dht.history.run import FaultWindow, Run
+from dht.history.run import FaultWindow, Run, relative
 from dht.history.run_folder import new_run_dir, write_run
-from dht.history.verdict import Report
 from dht.testbed.toxiproxy import node_name
 
 # SPEC.md section 14: every request under a fault is answered within this many seconds.
@@ -85,9 +84,10 @@ class Recorder:
         """Operations the client threads recorded."""
         self.history.extend(ops)
 
-    def finish(self, readers: Sequence[Node]) -> tuple[Report, Path]:
+    def finish(self, readers: Sequence[Node]) -> tuple[Classification, Path]:
         """Reads every key the history wrote at the default `replicas` through `readers`
-        (in turn), checks the history against what it read, and writes the run folder."""
+        (in turn), judges the history against what it read (what became of each write,
+        times from the run's first event), and writes the run folder."""
         final: dict[str, bytes | None] = {}
         final_at = {}
         written = sorted({op.key for op in self.history if op.is_write})
@@ -97,7 +97,7 @@ class Recorder:
 
     def write(
         self, final: dict[str, bytes | None], final_at: dict[str, tuple[float, float]]
-    ) -> tuple[Report, Path]:
+    ) -> tuple[Classification, Path]:
         run = Run(
             self.scenario,
             sorted(self.history, key=lambda op: op.invoked),
@@ -108,7 +108,8 @@ class Recorder:
         )
         run_dir = new_run_dir(self.scenario)
         write_run(run_dir, run)
-        return check(run.history, final, final_at=final_at), run_dir
+        shifted = relative(run)
+        return classify(shifted.history, shifted.final, final_at=shifted.final_at), run_dir
 
 
 def during(ops: Iterable[Op], window: FaultWindow) -> list[Op]:

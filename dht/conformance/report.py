@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dht.conformance.spec import TIERS, Rule
+from dht.history.classification import COUNTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +35,15 @@ class RunFacts:
 
 @dataclass(frozen=True, slots=True)
 class FaultRun:
-    """A run folder a fault scenario left in the report folder."""
+    """A run folder a fault scenario left in the report folder, with what became of its
+    writes (`classification.json`: counts by kind, the first few of each; empty when
+    the folder has none)."""
 
     folder: str  # relative to the report, e.g. "runs/faults-kill-20261124-120000-42"
     summary: str  # the checker's one line
     has_plot: bool
+    counts: Mapping[str, int] = field(default_factory=dict)
+    examples: Mapping[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +147,55 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+RUN_FILES = (
+    "summary.txt",
+    "classification.json",
+    "history.jsonl",
+    "faults.jsonl",
+    "final.json",
+    "run.json",
+)
+
+
 def fault_run_lines(runs: Iterable[FaultRun]) -> list[str]:
-    """Each fault scenario's run: its files, the checker's line and its plot."""
-    lines = []
+    """What became of the writes of each fault scenario's run (a table of counts), then
+    each run: the first few of each kind, its files, the checker's line and its plot."""
+    runs = list(runs)
+    if not runs:
+        return []
+    lines = ["", "## Fault runs", ""]
+    lines += ["What became of each scenario's writes (times in seconds from its start):", ""]
+    lines += [
+        "| run | " + " | ".join(COUNTED) + " |",
+        "| --- |" + " --- |" * len(COUNTED),
+    ]
     for run in runs:
-        name = run.folder.rsplit("/", 1)[-1]
+        counts = " | ".join(str(run.counts.get(kind, "?")) for kind in COUNTED)
+        lines.append(f"| {run_name(run)} | {counts} |")
+    for run in runs:
+        name = run_name(run)
         files = ", ".join(
             f"[{file}]({run.folder}/{file})"
-            for file in ("summary.txt", "history.jsonl", "faults.jsonl", "final.json", "run.json")
+            for file in RUN_FILES
+            if file != "classification.json" or run.counts
         )
-        lines += ["", f"### {name}", "", f"`{run.summary}`", "", f"Files: {files}."]
+        lines += ["", f"### {name}", "", f"`{run.summary}`", ""]
+        for kind in COUNTED:
+            if run.examples.get(kind):
+                shown = len(run.examples[kind])
+                total = run.counts.get(kind, shown)
+                lines.append(f"- {kind} ({total}), the first {shown}:")
+                lines += [f"  - `{example}`" for example in run.examples[kind]]
+        if run.examples:
+            lines.append("")
+        lines.append(f"Files: {files}.")
         if run.has_plot:
             lines += ["", f"![the run {name}]({run.folder}/plot.png)"]
-    return ["", "## Fault runs", *lines] if lines else []
+    return lines
+
+
+def run_name(run: FaultRun) -> str:
+    return run.folder.rsplit("/", 1)[-1]
 
 
 def failed_rule_line(

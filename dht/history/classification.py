@@ -108,8 +108,8 @@ class Classification:
 
 
 def _written(op: Op) -> str:
-    answer = "no answer" if op.status is None else str(op.status)
-    return f"{op.key!r}: {op.describe()} answered {answer}"
+    answer = "no answer" if op.status is None else f"answered {op.status}"
+    return f"{op.key!r}: {op.describe()}, {answer}"
 
 
 def classify(

@@ -104,6 +104,28 @@ def test_the_wheel_installs_a_command_with_help_and_version(installed_kit: Insta
     assert where.stdout.startswith(str(installed_kit.venv)), where.stdout + where.stderr
 
 
+COUNTED = ("stable", "lost", "stale", "never read", "undone", "invented", "indeterminate")
+FAILING = ("lost", "stale", "undone", "invented")
+# `| faults-kill-20261126-090000-42 | 40 | 0 | ... |`
+COUNTS_ROW = re.compile(r"^\| (faults-[a-z-]+?)-\d{8}-[^|]*((?:\| \d+ )+)\|$", re.MULTILINE)
+FAULT_RULES = {
+    "faults-kill": "14.1",
+    "faults-pause": "14.2",
+    "faults-crash-restart": "14.3",
+    "faults-slow-links": "14.4",
+    "faults-cut-links": "14.5",
+}
+
+
+def scenario_counts(report: str) -> dict[str, dict[str, int]]:
+    """The report's table of what became of each fault scenario's writes, by scenario
+    (its run folder's name without the time and process)."""
+    rows = {}
+    for name, cells in COUNTS_ROW.findall(report):
+        rows[name] = dict(zip(COUNTED, map(int, cells.split("|")[1:]), strict=True))
+    return rows
+
+
 def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_report(
     installed_kit: InstalledKit,
 ) -> None:
@@ -118,6 +140,19 @@ def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_repor
     assert "| convergence | passes | 1 | 0 | 1 |" in text, text
     plots = re.findall(r"!\[[^]]*\]\((runs/[^)]+/plot\.png)\)", text)
     assert len(plots) == 6, text
+    # Every faults scenario's history judged: its writes counted, none lost, stale,
+    # undone or invented.
+    rows = scenario_counts(text)
+    assert sorted(rows) == [
+        "faults-crash-restart",
+        "faults-cut-links",
+        "faults-kill",
+        "faults-pause",
+        "faults-slow-links",
+    ], text
+    for scenario, counts in rows.items():
+        assert counts["stable"] > 0, (scenario, counts)
+        assert [counts[kind] for kind in FAILING] == [0, 0, 0, 0], (scenario, counts)
     assert all((report / plot).read_bytes().startswith(b"\x89PNG") for plot in plots)
     # Every link of the report resolves inside the folder.
     assert (report / "SPEC.md").read_text() == (REPOSITORY / "SPEC.md").read_text()
@@ -136,8 +171,11 @@ def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_repor
 def test_the_installed_kit_finds_the_naive_implementation_never_heals_a_replica(
     installed_kit: InstalledKit,
 ) -> None:
-    """The second implementation (tests/naive: no repair, no hints) passes the faults
-    that a quorum hides, and fails convergence for its real reason, with its plot."""
+    """The second implementation (tests/naive: no repair, no hints) fails convergence
+    for its real reason, with its plot; each faults scenario's history is judged and
+    counted, and a scenario whose history lost, read stale, undid or invented fails its
+    rule (whether a short run loses anything is up to timing: a quorum hides most of
+    what the design leaves behind)."""
     naive = REPOSITORY / "tests" / "naive" / "node.py"
     python = installed_kit.venv / "bin" / "python"
     command = f"{python} {naive} --port {{port}} --data-dir {{data_dir}} --cluster {{cluster}}"
@@ -147,6 +185,12 @@ def test_the_installed_kit_finds_the_naive_implementation_never_heals_a_replica(
     assert run.returncode == 1, run.stdout + run.stderr
     text = (installed_kit.workdir / "naive" / "report.md").read_text()
     assert "| convergence | fails | 0 | 1 | 1 |" in text, text
+    rows = scenario_counts(text)
+    assert {"faults-kill", "faults-pause", "faults-crash-restart"} <= set(rows), text
+    failed_rules = {line.split("**")[1] for line in text.splitlines() if line.startswith("- [**")}
+    for scenario, rule in FAULT_RULES.items():
+        if scenario in rows and any(rows[scenario][kind] for kind in FAILING):
+            assert rule in failed_rules, (scenario, rows[scenario], text)
     (line,) = [line for line in text.splitlines() if line.startswith("- [**15.1**]")]
     assert "writes acknowledged while node3 was down are not on it" in line, line
     assert re.search(r"!\[[^]]*\]\(runs/convergence-[^)]+/plot\.png\)", text), text

@@ -1,6 +1,9 @@
 """The naive node (tests/naive/node.py) as real processes: it keeps the v0 contract on
 three nodes, and a replica that missed a write never gets it (no read repair, no
-hinted handoff, no anti-entropy): the gap the design leaves, documented here.
+hinted handoff, no anti-entropy): the gap the design leaves, documented here. Graded by
+the kit under a kill, its history is judged and the report says what became of each
+write; whether a short run loses any is up to timing, so what is asserted is that the
+verdict and the counts agree, never that it passes.
 
 The nodes are started by tests/launcher.py's Cluster with DHT_NODE_COMMAND pointing at
 the naive node, on free ports chosen at run time.
@@ -8,7 +11,10 @@ the naive node, on free ports chosen at run time.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +24,7 @@ import pytest
 from dht.conformance.http_client import expect
 from dht.conformance.launcher import Cluster, Node
 
+REPOSITORY = Path(__file__).resolve().parents[2]
 NAIVE_NODE = Path(__file__).resolve().parent / "node.py"
 NAIVE_COMMAND = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(NAIVE_NODE))} --port {{port}} "
@@ -71,3 +78,43 @@ def test_a_replica_that_missed_a_write_never_gets_it(three_nodes: Cluster) -> No
     # Node 2 still holds the old value of k: alone it would answer it.
     chunks = nodes[2].range_chunks("k", "k\x00").chunks
     assert chunks == [b"k\nold"], chunks
+
+
+# What the kit's report counts of each scenario's writes, in its table's order.
+COUNTED = ("stable", "lost", "stale", "never read", "undone", "invented", "indeterminate")
+FAILING = ("lost", "stale", "undone", "invented")
+
+
+def test_the_kit_judges_the_naive_nodes_history_when_a_node_is_killed(tmp_path: Path) -> None:
+    """Rules 14.1 and 14.3 on the naive node (--quick): each scenario's row of counts is
+    in the report, something was acknowledged and read back, and a rule fails with the
+    history's counts exactly when the history lost, read stale, undid or invented."""
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
+            *("--tiers", "faults", "--quick", "-k", "killed", "--node-command", NAIVE_COMMAND),
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode in (0, 1), completed.stdout + completed.stderr
+    report = (tmp_path / "report" / "report.md").read_text()
+    results = {
+        result["rules"][0]: result
+        for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
+        if (result := json.loads(line))["outcome"] != "not run"
+    }
+    assert set(results) == {"14.1", "14.3"}, results
+    for rule, scenario in (("14.1", "faults-kill"), ("14.3", "faults-crash-restart")):
+        row = re.search(rf"^\| {scenario}-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
+        assert row, report
+        counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+        assert counts["stable"] > 0, counts
+        message = str(results[rule]["message"])
+        if any(counts[kind] for kind in FAILING):
+            assert results[rule]["outcome"] == "failed", (counts, results[rule])
+            assert "history judged:" in message and f"lost={counts['lost']}" in message, message
+        else:
+            assert "history judged:" not in message, (counts, message)

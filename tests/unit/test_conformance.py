@@ -147,6 +147,34 @@ def test_the_report_links_each_fault_run_and_shows_its_plot() -> None:
     assert "## Fault runs" not in render(RESULTS, RULES, FACTS)
 
 
+def test_the_report_shows_what_became_of_each_scenarios_writes() -> None:
+    counts = {
+        "stable": 40,
+        "lost": 2,
+        "stale": 1,
+        "never read": 90,
+        "undone": 0,
+        "invented": 0,
+        "indeterminate": 7,
+    }
+    lost = ["'key-03': acknowledged PUT b'client1-7' [3.100, 3.140] through node1 lost"]
+    runs = [
+        FaultRun("runs/faults-kill-1", "ops=10", True, counts, {"lost": lost}),
+        FaultRun("runs/faults-pause-2", "ops=4", False),
+    ]
+    section = render(RESULTS, RULES, FACTS, runs).split("## Fault runs\n", 1)[1]
+    assert (
+        "| run | stable | lost | stale | never read | undone | invented | indeterminate |"
+        in section
+    )
+    assert "| faults-kill-1 | 40 | 2 | 1 | 90 | 0 | 0 | 7 |" in section
+    # A folder without its classification shows unknown counts, not zeros.
+    assert "| faults-pause-2 | ? | ? | ? | ? | ? | ? | ? |" in section
+    assert f"- lost (2), the first 1:\n  - `{lost[0]}`" in section
+    assert "[classification.json](runs/faults-kill-1/classification.json)" in section
+    assert "runs/faults-pause-2/classification.json" not in section
+
+
 def test_machine_folders_are_cut_from_a_text_longest_first() -> None:
     text = (
         "ran /home/ann/kit/venv/bin/python /home/ann/impl/node.py in /home/ann/kit; GET /v0/status"

@@ -1,7 +1,9 @@
 """SPEC.md section 14: a 3-node cluster at the default `replicas` under faults applied
 from outside (signals; Toxiproxy on the links in the network-namespace mode). Each test
-records its operations and faults and leaves a run folder with the checker's summary
-and the plot (dht/conformance/faults.py)."""
+records its operations and faults, leaves a run folder with the checker's summary, what
+became of each write and the plot (dht/conformance/faults.py), and is judged by its
+history as well as by its answers: a write lost, a stale read, a delete undone or a
+value invented fails the scenario's rule."""
 
 from __future__ import annotations
 
@@ -77,20 +79,23 @@ class OneNodeDown:
     def victim(self) -> Node:
         return self.cluster[2]
 
-    def finish(self) -> None:
-        """Lets the cluster settle, stops the clients, writes the run folder and judges
-        the requests sent during the fault."""
+    def finish(self) -> list[str]:
+        """Lets the cluster settle, stops the clients, writes the run folder, and returns
+        what went wrong ('' each when nothing): the requests sent during the fault, as
+        answered, and the whole history, as judged."""
         time.sleep(seconds(2.0, 0.5))
         client_ops = self.clients.stop()
         self.recorder.add(client_ops)
-        self.recorder.finish(self.cluster.nodes[:2])
+        judged, _ = self.recorder.finish(self.cluster.nodes[:2])
         (window, *_) = self.recorder.faults
         quorum = during(client_ops, window)
         assert quorum, "no request at the default replicas ran during the fault"
-        verdict(
+        # The history first: a report line is cut at a few hundred characters.
+        return [
+            judged.failure(),
             first_failure(quorum, answered_ok, "a 2xx, or 404 for an absent key"),
             first_failure(self.refused, answered_refused, "504 (or 503)"),
-        )
+        ]
 
 
 def one_node_down(
@@ -122,7 +127,7 @@ def test_with_one_node_killed_the_others_serve_the_quorum_and_refuse_all_three(
     start_cluster: ClusterFactory,
 ) -> None:
     scenario = one_node_down(start_cluster(3), "faults-kill", "kill -9", Node.kill, Node.start)
-    scenario.finish()
+    verdict(*scenario.finish())
 
 
 @rule("14.2")
@@ -143,12 +148,18 @@ def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_res
         for key in KEYS[:4]
         for kind in (Kind.PUT, Kind.GET)
     ]
-    scenario.finish()
-    assert status == 200 and status_after <= BOUND, (
-        f"/v0/status of {recorder.name(victim)} answered {status} {status_after:.1f} s "
-        f"after SIGCONT; expected 200 within {BOUND:.0f} s"
+    problems = scenario.finish()
+    resumed_in_time = status == 200 and status_after <= BOUND
+    verdict(
+        *problems,
+        ""
+        if resumed_in_time
+        else (
+            f"/v0/status of {recorder.name(victim)} answered {status} {status_after:.1f} s "
+            f"after SIGCONT; expected 200 within {BOUND:.0f} s"
+        ),
+        first_failure(through_victim, answered_ok, "a 2xx, or 404 for an absent key"),
     )
-    verdict(first_failure(through_victim, answered_ok, "a 2xx, or 404 for an absent key"))
 
 
 @rule("14.3")
@@ -167,9 +178,9 @@ def test_no_acknowledged_write_is_lost_when_each_node_is_killed_and_restarted_in
             victim.start()
     time.sleep(seconds(4.0, 1.0))
     recorder.add(clients.stop())
-    report, _ = recorder.finish(cluster.nodes)
-    assert report.acked, "no write was acknowledged: nothing to check"
-    assert report.ok, f"{report.summary()}: {report.details().splitlines()[0]}"
+    judged, _ = recorder.finish(cluster.nodes)
+    assert judged.fates, "no write was acknowledged: nothing to check"
+    verdict(judged.failure())
 
 
 # Rules 14.4 and 14.5: a link delay far past the bound.
@@ -199,7 +210,7 @@ def test_with_one_nodes_links_slowed_the_others_serve_the_quorum_and_refuse_in_t
         lambda victim: testbed.heal(),
         through_victim_too,
     )
-    scenario.finish()
+    verdict(*scenario.finish())
 
 
 @rule("14.5")
@@ -228,9 +239,14 @@ def test_with_one_nodes_links_cut_the_others_serve_the_quorum_and_it_serves_once
         for key in KEYS[:4]
         for kind in (Kind.PUT, Kind.GET)
     ]
-    scenario.finish()
-    assert answered_ok(first), (
-        f"{describe(first)} {after:.1f} s after the links were restored; expected a 2xx "
-        f"within {BOUND:.0f} s"
+    problems = scenario.finish()
+    verdict(
+        *problems,
+        ""
+        if answered_ok(first)
+        else (
+            f"{describe(first)} {after:.1f} s after the links were restored; expected a 2xx "
+            f"within {BOUND:.0f} s"
+        ),
+        first_failure(then, answered_ok, "a 2xx, or 404 for an absent key"),
     )
-    verdict(first_failure(then, answered_ok, "a 2xx, or 404 for an absent key"))
