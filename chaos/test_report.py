@@ -172,6 +172,7 @@ def test_the_report_command_passes_a_clean_run(saved: tuple[Run, Path]) -> None:
     summary = check(run.history, run.final, final_at=run.final_at).summary()
     assert summary in result.stdout
     assert "lost=0" in result.stdout
+    assert "writes: stable=" in result.stdout and "indeterminate=" in result.stdout
     assert (run_dir / "plot.png").read_bytes().startswith(PNG_SIGNATURE)
 
 

@@ -4,8 +4,9 @@
 
 Reads the history, faults and final state a chaos run saved (dht/history/run_folder.py),
 checks them again with `dht.history.checker.check` (no cluster needed: the checker is a pure
-function of the history and the final state), prints the summary line and, if the check
-failed, what failed; then redraws the Jepsen-style plot. Use it to look at a run that
+function of the history and the final state), prints the summary line, what became of
+each write (`dht.history.classification`) and, if the check failed, what failed; then
+redraws the Jepsen-style plot. Use it to look at a run that
 failed in CI, or to re-judge old runs after a change to the checker.
 
 Exit status: 0 when the check passes, 1 when it fails, 2 when the folder is missing or
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dht.history.checker import CLOCK_SLACK, check
+from dht.history.classification import classify
 from dht.history.run_folder import PLOT_FILE, RunFolderError, read_run
 
 PASSED, FAILED, UNREADABLE = 0, 1, 2
@@ -66,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dht.history.report: {args.run_dir}: cannot check: {error}", file=sys.stderr)
         return UNREADABLE
     print(f"{run.scenario}: {report.summary()}")
+    judged = classify(run.history, run.final, args.clock_slack, run.final_at, report)
+    print(f"writes: {judged.line()}")
     if not report.ok:
         print(report.details())
     path: Path = args.plot or args.run_dir / PLOT_FILE
