@@ -185,11 +185,14 @@ class ClientApi:
     async def _paced(self, request: web.BaseRequest, head_came: float, received: int) -> bytes:
         """The next bytes of a body of which `received` came since `head_came` (b"" at its
         end), or BodyTooSlow once it falls behind the minimum rate."""
-        if request.content.at_eof():
+        content = request.content
+        if content.at_eof():
             return b""
+        if chunk := content.read_nowait():  # what has come already: no timer needed
+            return chunk
         try:
             async with asyncio.timeout_at(self._pace.due(head_came, received)):
-                return await request.content.readany()
+                return await content.readany()
         except TimeoutError:
             raise self._pace.too_slow() from None
 

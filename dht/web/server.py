@@ -146,6 +146,9 @@ class Route:
         return ", ".join(sorted(set(self.handlers) | set(self.read_body)))
 
 
+_OVERLOADED = plain(503, "Overloaded", {"Retry-After": "1"})
+
+
 class HttpServer:
     def __init__(
         self, routes: dict[str, Route], max_in_flight: int, observe: Observer | None = None
@@ -206,42 +209,43 @@ class HttpServer:
         that announce bodies and send them slowly hold no one else's place."""
         started = time.perf_counter()
         if not route.counted:
-            return await self._call(method, path, query, lambda params: call(params, NO_BODY))
+            return await self._call(method, path, query, call, counted=False)
         if self.fenced is not None:
             answer: Answer = plain(503, f"Unavailable: {self.fenced}")
         else:
-            answer = await self._call(
-                method, path, query, lambda params: self._counted(call, params, read, body)
-            )
+            answer = await self._call(method, path, query, call, read, body)
         if self._observe is not None:
             operation = route.operations.get(method, method.lower())
             self._observe(operation, answer.status, time.perf_counter() - started)
         return answer
 
-    async def _counted(
-        self,
-        call: Callable[[Params, Body], Awaitable[Answer]],
-        params: Params,
-        read: Callable[[Params], Awaitable[Body]] | None,
-        data: bytes,
-    ) -> Answer:
-        body = await read(params) if read is not None else Body(data) if data else NO_BODY
-        if self.in_flight >= self.max_in_flight:
-            body.release()
-            self.refused += 1
-            return plain(503, "Overloaded", {"Retry-After": "1"})
-        self.in_flight += 1
-        try:
-            return await call(params, body)
-        finally:
-            self.in_flight -= 1
-            body.release()  # unless the handler took what it held
-
     async def _call(
-        self, method: str, path: str, query: str, call: Callable[[Params], Awaitable[Answer]]
+        self,
+        method: str,
+        path: str,
+        query: str,
+        call: Callable[[Params, Body], Awaitable[Answer]],
+        read: Callable[[Params], Awaitable[Body]] | None = None,
+        data: bytes = b"",
+        counted: bool = True,
     ) -> Answer:
+        """Reads the body (not counted in flight), then counts the request and calls its
+        handler; every error becomes its answer."""
         try:
-            return await call(query_params(query))
+            params = query_params(query)
+            body = await read(params) if read is not None else Body(data) if data else NO_BODY
+            if not counted:
+                return await call(params, body)
+            if self.in_flight >= self.max_in_flight:
+                body.release()
+                self.refused += 1
+                return _OVERLOADED
+            self.in_flight += 1
+            try:
+                return await call(params, body)
+            finally:
+                self.in_flight -= 1
+                body.release()  # unless the handler took what it held
         except BadRequest as exc:
             return plain(400, f"Bad Request: {exc}")
         except (PayloadTooLarge, web.HTTPRequestEntityTooLarge) as exc:
