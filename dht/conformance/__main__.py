@@ -31,6 +31,7 @@ from dht.conformance.report import (
     SpecTestResult,
     count_tiers,
     exit_code,
+    opening_lines,
     render,
     without_machine_paths,
 )
@@ -59,7 +60,9 @@ EPILOG = (
   --topology-host 127.0.0.1 gives http://127.0.0.1:PORT instead. dht's own nodes (no
   --node-command) get 127.0.0.1, the address they bind. Clients reach every node at
   http://127.0.0.1:PORT either way.
-Tiers (SPEC.md part one, then dht's own rules):
+Tiers (SPEC.md part one). The first three are the course's contract: exactly what
+the course's own tests ask (its keys, 1 KiB values, replicas refused for A = 0 or
+A > F); the report's first line says whether they all pass.
   core         the v0 single-node API: status codes, 400 rules, keys and values
   range        /v0/entities on one node: bounds, order, one chunk per record
   replication  replicas=ack/from on 2 and 3 nodes, judged through the public API
@@ -70,6 +73,11 @@ Tiers (SPEC.md part one, then dht's own rules):
                else those rules are skipped with the reason); each scenario's
                history, fault timeline and plot go into the report
   convergence  a write a node missed reaches it after its restart, unasked
+  strict       stricter than the course, as dht keeps it: 1 MiB values, any key
+               (non-ASCII, 10,000 characters, percent-encoded), malformed replicas
+               and F beyond the cluster refused, ranges in UTF-8 byte order
+The report's second line says whether any acknowledged write was lost, read stale,
+undone or invented: under kill -9 (durability) or in any faults scenario's history.
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:
   python -m dht.conformance --tiers core,range \\
@@ -357,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds=time.monotonic() - started,
         spec_link=SPEC_PATH.name,
     )
-    report = render(results, load_rules(), facts, fault_runs(args.out, runs))
+    found_runs = fault_runs(args.out, runs)
+    report = render(results, load_rules(), facts, found_runs)
     (args.out / "report.md").write_text(report, encoding="utf-8")
     make_portable(args.out, folders)
     for count in count_tiers(results, args.tiers):
@@ -366,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{count.rules_total} passed, tests {count.tests_passed} passed, "
             f"{count.tests_failed} failed, {count.tests_skipped} skipped"
         )
+    for line in opening_lines(results, found_runs, args.tiers):
+        print(line.replace("**", "").replace("`", ""))
     print(f"report: {args.out / 'report.md'}  junit: {args.out / 'junit.xml'}")
     return exit_code(results)
 

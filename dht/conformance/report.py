@@ -1,15 +1,27 @@
-"""The conformance report in Markdown (pure): per tier, how many rules and tests passed,
-and for each failed rule one line with the spec's words, the failing test and what it
-expected against what came back."""
+"""The conformance report in Markdown (pure): two opening lines a student reads first
+(does the implementation keep the course's contract; did it lose, undo or invent data
+under a fault), then per tier how many rules and tests passed, and for each failed rule
+one line with the spec's words, the failing test and what it expected against what came
+back."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dht.conformance.spec import TIERS, Rule
+from dht.conformance.spec import COURSE_TIERS, TIERS, Rule
 from dht.history.classification import COUNTED
+
+# What a history may show wrong, the worst first: the report's second line gives an
+# example of the first kind found.
+DATA_FAULTS = ("lost", "undone", "invented", "stale")
+# Scenarios whose history is shown but not graded: convergence reads each key at 1/3
+# through one node, not at an overlapping quorum (SPEC.md rule 15.1 judges it).
+SHOWN_NOT_GRADED = ("convergence",)
+# The rule whose failure is data lost on a crash (SPEC.md 4.1: kill -9 and restart).
+KILL_RULE = "4.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +123,14 @@ def render(
 ) -> str:
     """The whole report."""
     counts = count_tiers(results, [tier for tier in TIERS if tier in facts.tiers])
+    runs = list(runs)
+    first, second = opening_lines(results, runs, facts.tiers)
     lines = [
         "# Conformance report",
+        "",
+        first,
+        "",
+        second,
         "",
         f"- Implementation: `{facts.command}`",
         f"- Tiers: {', '.join(facts.tiers)}",
@@ -145,6 +163,96 @@ def render(
         lines += ["", "## Skipped", ""]
         lines += [f"- `{t.test}`: {t.message}" for t in skipped]
     return "\n".join(lines) + "\n"
+
+
+def opening_lines(
+    results: list[SpecTestResult], runs: list[FaultRun], tiers: Iterable[str]
+) -> tuple[str, str]:
+    """The two lines a student reads first: does it keep the course's contract, and did
+    it lose, undo or invent data under any fault."""
+    return contract_line(results, tiers), data_line(results, runs)
+
+
+def contract_line(results: list[SpecTestResult], tiers: Iterable[str]) -> str:
+    """Does it keep the course's contract: the rules of the tiers that ask exactly what
+    the course's own tests ask (SPEC.md sections 1 to 3)."""
+    run = [tier for tier in COURSE_TIERS if tier in tiers]
+    head = "**Keeps the course's contract?**"
+    if not run:
+        return f"{head} Not judged: none of its tiers ({', '.join(COURSE_TIERS)}) was run."
+    by_rule = rule_outcomes(result for result in results if result.tier in run)
+    failing = sorted(
+        (number for number, tests in by_rule.items() if any(map(failed, tests))), key=rule_key
+    )
+    judged = [number for number, tests in by_rule.items() if any(map(judging, tests))]
+    missing = [tier for tier in COURSE_TIERS if tier not in run]
+    scope = f"{', '.join(run)}" + (f"; not run: {', '.join(missing)}" if missing else "")
+    if failing:
+        return (
+            f"{head} **No**: {len(failing)} of its {len(by_rule)} rules fail "
+            f"({', '.join(failing)}; {scope})."
+        )
+    if not judged:
+        return f"{head} Not judged: every test of {scope} was skipped."
+    return (
+        f"{head} **Yes**: all {len(by_rule)} rules pass ({scope}), as the course's own "
+        "tests ask them: its keys, 1 KiB values, `replicas` refused for A = 0 or A > F."
+    )
+
+
+def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
+    """Did it lose, undo or invent data under any fault: rule 4.1 (kill -9) and the
+    history of every graded fault scenario, with the worst example found."""
+    head = "**Loses, undoes or invents data under faults?**"
+    kill_tests = [r for r in results if KILL_RULE in r.rules and r.outcome != "not run"]
+    graded = [run for run in runs if scenario_of(run) not in SHOWN_NOT_GRADED and run.counts]
+    if not any(map(judging, kill_tests)) and not graded:
+        return f"{head} Not judged: the durability and faults tiers judge it, and ran no rule."
+    found = {kind: sum(run.counts.get(kind, 0) for run in graded) for kind in DATA_FAULTS}
+    kill_failures = [r for r in kill_tests if failed(r)]
+    parts = []
+    if kill_tests:
+        parts.append(f"kill -9 and restart ({KILL_RULE}) {'fails' if kill_failures else 'passes'}")
+    if graded:
+        parts.append(
+            f"{len(graded)} fault scenario(s), {acknowledged(graded):,} acknowledged writes judged"
+        )
+    judged = "; ".join(parts)
+    if not any(found.values()) and not kill_failures:
+        return f"{head} **None found** ({judged}): nothing lost, stale, undone or invented."
+    counts = [f"{found[kind]} {kind}" for kind in DATA_FAULTS if found[kind]]
+    if kill_failures:
+        counts.append("acknowledged writes not kept through kill -9")
+    return f"{head} **Yes** ({judged}): {', '.join(counts)}. The worst: " + worst(
+        graded, kill_failures
+    )
+
+
+def worst(graded: list[FaultRun], kill_failures: list[SpecTestResult]) -> str:
+    """The first example of the worst kind any scenario showed; a write lost on kill -9
+    (rule 4.1) counts as lost."""
+    for kind in DATA_FAULTS:
+        if kind == "lost" and kill_failures:
+            return f"after kill -9 and restart ({KILL_RULE}), {kill_failures[0].message}"
+        for run in graded:
+            if run.examples.get(kind):
+                return f"{kind} in {scenario_of(run)}: `{run.examples[kind][0]}`"
+    return "(no example kept)"
+
+
+def acknowledged(runs: Iterable[FaultRun]) -> int:
+    """The acknowledged writes the runs judged: every fate of Jepsen's set checker."""
+    fates = ("stable", "lost", "stale", "never read")
+    return sum(run.counts.get(kind, 0) for run in runs for kind in fates)
+
+
+def judging(result: SpecTestResult) -> bool:
+    return result.outcome in ("passed", "failed", "error")
+
+
+def scenario_of(run: FaultRun) -> str:
+    """`faults-kill` of `runs/faults-kill-20261124-120000-42` (or `...-42-2`)."""
+    return re.sub(r"-\d{8}-\d{6}-\d+(-\d+)?$", "", run_name(run))
 
 
 RUN_FILES = (

@@ -4,7 +4,8 @@ test, in the report and in the spec can never drift apart.
 
 A rule is a list item that opens with its anchor and number,
 `- <a id="rule-3.5"></a>**3.5** Quorums that overlap ...`; its section is the number
-before the dot; sections 1 to 5, 14 and 15 are the tiers of part one, every other one `dht`.
+before the dot; sections 1 to 5 and 14 to 16 are the tiers of part one, every other one
+`dht`.
 """
 
 from __future__ import annotations
@@ -22,15 +23,20 @@ TIER_DESCRIPTIONS = {
     "robustness": "SPEC.md section 5, bad input, slow and idle clients, bursts",
     "faults": "SPEC.md section 14, kill -9, pause, crash-restart, slow and cut links",
     "convergence": "SPEC.md section 15, a missed write reaches its replica unasked",
+    "strict": "SPEC.md section 16, stricter than the course: large values and keys, "
+    "any key's encoding, UTF-8 order, replicas the course never sends",
     "dht": "SPEC.md sections 6 to 13, dht's own rules",
 }
 TIERS = tuple(TIER_DESCRIPTIONS)
 # The tiers any implementation of the v0 API is graded on, the kit's choice; dht's own
 # rules are checked by the repository's tests (tests/spec), not by the kit.
 PART_ONE_TIERS = TIERS[:-1]
-# Sections 1-5 of SPEC.md are the first tiers of part one, in this order; 14 and 15 came
+# The tiers that ask exactly what the course's own tests ask: the course's contract,
+# which the report's first line judges.
+COURSE_TIERS = ("core", "range", "replication")
+# Sections 1-5 of SPEC.md are the first tiers of part one, in this order; 14 to 16 came
 # later and are numbered after part two (6-13, dht's own).
-_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15), PART_ONE_TIERS, strict=True))
+_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16), PART_ONE_TIERS, strict=True))
 # The package carries the spec it grades by (package data; in a clone, a link to the
 # repository's SPEC.md), so an installed kit needs no clone.
 SPEC_PATH = Path(__file__).resolve().parent / "SPEC.md"

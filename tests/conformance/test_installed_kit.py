@@ -138,6 +138,9 @@ def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_repor
     assert "| core | passes | 9 | 0 | 9 |" in text, text
     assert "| faults | passes | 5 | 0 | 5 | 5 | 0 | 0 |" in text, text
     assert "| convergence | passes | 1 | 0 | 1 |" in text, text
+    # The two lines a student reads first.
+    assert "**Keeps the course's contract?** **Yes**: all 9 rules pass (core; not run:" in text
+    assert "**Loses, undoes or invents data under faults?** **None found** (5 fault" in text
     plots = re.findall(r"!\[[^]]*\]\((runs/[^)]+/plot\.png)\)", text)
     assert len(plots) == 6, text
     # Every faults scenario's history judged: its writes counted, none lost, stale,
@@ -191,6 +194,12 @@ def test_the_installed_kit_finds_the_naive_implementation_never_heals_a_replica(
     for scenario, rule in FAULT_RULES.items():
         if scenario in rows and any(rows[scenario][kind] for kind in FAILING):
             assert rule in failed_rules, (scenario, rows[scenario], text)
+    # The report's second line says the same as the rows (convergence's is not graded).
+    faulty = any(
+        rows[name][kind] for name in rows if name.startswith("faults-") for kind in FAILING
+    )
+    data_verdict = "**Yes**" if faulty else "**None found**"
+    assert f"**Loses, undoes or invents data under faults?** {data_verdict}" in text, text
     (line,) = [line for line in text.splitlines() if line.startswith("- [**15.1**]")]
     assert "writes acknowledged while node3 was down are not on it" in line, line
     assert re.search(r"!\[[^]]*\]\(runs/convergence-[^)]+/plot\.png\)", text), text

@@ -67,6 +67,17 @@ def test_the_kit_passes_a_simple_implementation_on_core_and_range_only(tmp_path:
     assert "failed" in run.outcomes("replication"), run.report
     assert "failed" in run.outcomes("durability"), run.report
     assert "| core | passes | 9 | 0 | 9 |" in run.report, run.report
+    # The two lines a student reads first: the course's contract (core, range,
+    # replication) is not kept, and writes acknowledged before kill -9 are gone.
+    assert (
+        "**Keeps the course's contract?** **No**: 6 of its 21 rules fail "
+        "(3.1, 3.2, 3.3, 3.4, 3.5, 3.6; core, range, replication)." in run.report
+    ), run.report
+    assert (
+        "**Loses, undoes or invents data under faults?** **Yes** (kill -9 and restart (4.1) "
+        "fails): acknowledged writes not kept through kill -9. The worst: after kill -9 and "
+        "restart (4.1), key-001 after kill -9 and restart: expected 200" in run.report
+    ), run.report
     assert "| replication | fails |" in run.report, run.report
     assert "| durability | fails |" in run.report, run.report
     for tier in ("replication", "durability"):

@@ -625,7 +625,7 @@ HANDED_OFF = {
 }
 
 
-@rule("1.6", "1.7", "1.8", "5.2", "7.2", "7.3", "7.4", "7.5")
+@rule("1.6", "1.7", "1.8", "16.2", "16.3", "5.2", "7.2", "7.3", "7.4", "7.5")
 def test_ordinary_and_malformed_entity_requests_are_answered_as_without_the_lean_path(
     pairs: dict[str, Pair],
 ) -> None:

@@ -183,7 +183,7 @@ def get_sent_in_pieces(node: Node, target: str, piece: int = 16 * 1024) -> bytes
         return first_answer(sock, within=DEADLINE)
 
 
-@rule("1.6", "7.4", "5.3")
+@rule("1.6", "16.2", "7.4", "5.3")
 def test_a_request_line_past_the_read_limit_arriving_in_pieces_is_answered(
     nodes: tuple[Node, Node],
 ) -> None:

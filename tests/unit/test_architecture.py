@@ -52,8 +52,8 @@ def test_the_diagram_names_each_layer_that_exists() -> None:
 
 def test_every_spec_section_and_rule_it_names_exists() -> None:
     sections = re.findall(r"^\| (\d+) ", PAGE, flags=re.MULTILINE)
-    assert sorted(map(int, sections)) == list(range(1, 16))
     headings = set(re.findall(r"^## (\d+)\. ", SPEC, flags=re.MULTILINE))
+    assert sorted(map(int, sections)) == list(range(1, len(headings) + 1))
     assert set(sections) == headings
     rules = re.findall(r"SPEC (\d+\.\d+)", PAGE)
     assert rules and all(f'id="rule-{rule}"' in SPEC for rule in rules)

@@ -3,6 +3,7 @@ rendering the report; and the promise that every rule of SPEC.md is checked by a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dht.conformance.report import (
     SpecTestResult,
     count_tiers,
     exit_code,
+    opening_lines,
     render,
     without_machine_paths,
 )
@@ -47,9 +49,9 @@ def test_a_rule_numbered_twice_is_an_error() -> None:
         read_rules(SPEC + '- <a id="rule-1.1"></a>**1.1** Again.\n')
 
 
-def test_sections_1_to_5_14_and_15_are_the_tiers_of_part_one_and_the_rest_is_dht() -> None:
-    tiers = [tier_of(f"{section}.1") for section in range(1, 17)]
-    assert tiers == [*TIERS[:5], *["dht"] * 8, "faults", "convergence", "dht"]
+def test_sections_1_to_5_and_14_to_16_are_the_tiers_of_part_one_and_the_rest_is_dht() -> None:
+    tiers = [tier_of(f"{section}.1") for section in range(1, 18)]
+    assert tiers == [*TIERS[:5], *["dht"] * 8, "faults", "convergence", "strict", "dht"]
 
 
 def test_a_long_first_sentence_is_cut_at_a_word() -> None:
@@ -173,6 +175,73 @@ def test_the_report_shows_what_became_of_each_scenarios_writes() -> None:
     assert f"- lost (2), the first 1:\n  - `{lost[0]}`" in section
     assert "[classification.json](runs/faults-kill-1/classification.json)" in section
     assert "runs/faults-pause-2/classification.json" not in section
+
+
+COURSE_PASSES = [
+    result("test_core_api.py::test_put", "core", ("1.2",), "passed"),
+    result("test_range.py::test_order", "range", ("2.3",), "passed"),
+    result("test_replication.py::test_quorum", "replication", ("3.5",), "passed"),
+    result("test_strict.py::test_big", "strict", ("16.1",), "failed", "expected 201, got <413>"),
+    result("test_durability.py::test_kill", "durability", ("4.1",), "passed"),
+]
+ALL_TIERS = ("core", "range", "replication", "durability", "faults", "convergence", "strict")
+NOTHING_WRONG = {"stable": 30, "lost": 0, "stale": 0, "never read": 20, "undone": 0}
+
+
+def counted(**found: int) -> dict[str, int]:
+    return NOTHING_WRONG | {"invented": 0, "indeterminate": 3} | found
+
+
+def test_the_report_opens_with_the_course_contract_kept_whatever_the_strict_tier_says() -> None:
+    runs = [FaultRun("runs/faults-kill-20261124-120000-42", "ok", True, counted())]
+    contract, data = opening_lines(COURSE_PASSES, runs, ALL_TIERS)
+    assert contract.startswith("**Keeps the course's contract?** **Yes**: all 3 rules pass")
+    assert data == (
+        "**Loses, undoes or invents data under faults?** **None found** (kill -9 and "
+        "restart (4.1) passes; 1 fault scenario(s), 50 acknowledged writes judged): "
+        "nothing lost, stale, undone or invented."
+    )
+    report = render(COURSE_PASSES, RULES, dataclasses.replace(FACTS, tiers=ALL_TIERS), runs)
+    assert report.startswith(f"# Conformance report\n\n{contract}\n\n{data}\n\n- Implementation")
+
+
+def test_a_failed_course_rule_makes_the_first_line_no_and_names_it() -> None:
+    results = [*COURSE_PASSES, result("test_core_api.py::test_x", "core", ("1.8",), "failed")]
+    contract, _ = opening_lines(results, [], ("core", "strict"))
+    assert contract == (
+        "**Keeps the course's contract?** **No**: 1 of its 2 rules fail "
+        "(1.8; core; not run: range, replication)."
+    )
+
+
+def test_the_second_line_gives_the_worst_kind_found_with_its_first_example() -> None:
+    stale = FaultRun(
+        "runs/faults-kill-20261124-120000-42", "", True, counted(stale=2), {"stale": ["s1"]}
+    )
+    undone = FaultRun(
+        "runs/faults-pause-20261124-120100-42-2", "", True, counted(undone=1), {"undone": ["u1"]}
+    )
+    # convergence reads at 1/3: its row is shown, never graded.
+    ignored = FaultRun("runs/convergence-20261124-120200-42", "", True, counted(lost=9), {})
+    _, data = opening_lines(COURSE_PASSES, [stale, undone, ignored], ALL_TIERS)
+    assert data == (
+        "**Loses, undoes or invents data under faults?** **Yes** (kill -9 and restart "
+        "(4.1) passes; 2 fault scenario(s), 102 acknowledged writes judged): 1 undone, "
+        "2 stale. The worst: undone in faults-pause: `u1`"
+    )
+    lost_on_kill = result("test_durability.py::test_kill", "durability", ("4.1",), "failed", "k1")
+    _, data = opening_lines([lost_on_kill], [stale], ALL_TIERS)
+    assert data.endswith(
+        "2 stale, acknowledged writes not kept through kill -9. "
+        "The worst: after kill -9 and restart (4.1), k1"
+    ), data
+
+
+def test_lines_whose_tiers_did_not_run_say_not_judged() -> None:
+    skipped = [result("test_durability.py::test_kill", "durability", ("4.1",), "skipped")]
+    contract, data = opening_lines(skipped, [], ("durability",))
+    assert contract.startswith("**Keeps the course's contract?** Not judged: none of its tiers")
+    assert data.startswith("**Loses, undoes or invents data under faults?** Not judged")
 
 
 def test_machine_folders_are_cut_from_a_text_longest_first() -> None:
