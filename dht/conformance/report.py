@@ -279,7 +279,15 @@ def fault_run_lines(runs: Iterable[FaultRun]) -> list[str]:
     ]
     for run in runs:
         counts = " | ".join(str(run.counts.get(kind, "?")) for kind in COUNTED)
-        lines.append(f"| {run_name(run)} | {counts} |")
+        shown_only = " (shown, not graded)" if scenario_of(run) in SHOWN_NOT_GRADED else ""
+        lines.append(f"| {run_name(run)}{shown_only} | {counts} |")
+    if any(scenario_of(run) in SHOWN_NOT_GRADED for run in runs):
+        lines += [
+            "",
+            "A run shown, not graded, reads each key at `1/3` through one node after the "
+            "others were killed, not at an overlapping quorum: its rule (15.1) judges what "
+            "that node holds, and its counts say what it missed.",
+        ]
     for run in runs:
         name = run_name(run)
         files = ", ".join(

@@ -224,6 +224,9 @@ def test_the_second_line_gives_the_worst_kind_found_with_its_first_example() -> 
     # convergence reads at 1/3: its row is shown, never graded.
     ignored = FaultRun("runs/convergence-20261124-120200-42", "", True, counted(lost=9), {})
     _, data = opening_lines(COURSE_PASSES, [stale, undone, ignored], ALL_TIERS)
+    section = render(COURSE_PASSES, RULES, FACTS, [stale, ignored]).split("## Fault runs", 1)[1]
+    assert "| convergence-20261124-120200-42 (shown, not graded) | 30 | 9 |" in section
+    assert "| faults-kill-20261124-120000-42 | 30 | 0 | 2 |" in section
     assert data == (
         "**Loses, undoes or invents data under faults?** **Yes** (kill -9 and restart "
         "(4.1) passes; 2 fault scenario(s), 102 acknowledged writes judged): 1 undone, "
