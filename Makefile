@@ -2,8 +2,9 @@
 # Both create .venv from requirements.lock on first use; `make test` also builds
 # toxiproxy-server into .tools/bin with the Go toolchain and, where wrk is missing,
 # installs Debian's wrk as root (the load smoke tests drive it; as another user it
-# says which command to run), and Chromium the same way for the dashboard's browser test
-# (skipped, not failed, where it cannot be installed).
+# says which command to run), Chromium the same way for the dashboard's browser test
+# (skipped, not failed, where it cannot be installed), and fuse3 for the power-loss
+# filesystem's tests (skipped with the reason where FUSE cannot be mounted).
 
 PYTHON ?= python3
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -17,12 +18,12 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser lock clean
+.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
 
-test: $(STAMP) $(TOXIPROXY) wrk browser lint
+test: $(STAMP) $(TOXIPROXY) wrk browser fuse lint
 	$(PY) -m pytest
 	# Once more over TLS between nodes (DHT_TLS=1: a throwaway CA per test cluster):
 	# every chaos scenario with nodes in it, and the channel's live fuzz (the history
@@ -79,6 +80,15 @@ browser:
 		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
 		echo "headless Chromium not found, the cockpit's browser tests will fail: sudo apt-get install chromium chromium-driver" >&2
+
+# The power-loss filesystem (dht/testbed/lazy_filesystem.py) needs libfuse3 and
+# fusermount3: Debian's fuse3. Where it is missing, root installs it; anyone else gets
+# one line saying how, and its tests skip with the reason (they need root anyway).
+fuse:
+	@command -v fusermount3 >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; } || \
+		echo "fuse3 not found, the power-loss tests will skip: sudo apt-get install fuse3" >&2
 
 $(VEGETA):
 	mkdir -p .tools/bin

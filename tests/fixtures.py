@@ -1,5 +1,5 @@
-"""The repository's own fixture on top of the kit's (dht/conformance/fixtures.py): a
-cluster whose every link crosses Toxiproxy."""
+"""The repository's own fixtures on top of the kit's (dht/conformance/fixtures.py): a
+cluster whose every link crosses Toxiproxy, and a folder that a power cut can hit."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.launcher import Cluster
+from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import Testbed
 from tests.launcher import chaos_cluster
 
@@ -30,3 +31,16 @@ def start_chaos_cluster(tmp_path: Path) -> Iterator[ChaosClusterFactory]:
     for cluster, testbed in started:
         cluster.stop()
         testbed.stop()
+
+
+@pytest.fixture
+def lazy_mount(tmp_path: Path) -> Iterator[PowerLossMount]:
+    """The lazy filesystem (dht/testbed/power_loss.py) serving tmp_path/backing at
+    tmp_path/mount: `power_cut()` drops whatever was not fsynced under it. Skipped, never
+    failed, with the reason where it cannot be mounted (not root, no FUSE); always
+    unmounted, after what the test started on it has stopped."""
+    reason = power_loss_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with mount(tmp_path / "backing", tmp_path / "mount") as mounted:
+        yield mounted
