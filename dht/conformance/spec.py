@@ -83,7 +83,7 @@ def read_rules(text: str) -> dict[str, Rule]:
 
 def summarize(text: str) -> str:
     """The first sentence, cut to a report line's length."""
-    text = re.sub(r"<[^>]+>|\*\*", "", text)
+    text = re.sub(r"</?[a-zA-Z][^<>]*>|\*\*", "", text)
     sentence = re.split(r"(?<=\.)\s+(?=[A-Z`])", text, maxsplit=1)[0]
     if len(sentence) <= _SUMMARY_LENGTH:
         return sentence

@@ -59,6 +59,12 @@ def test_a_long_first_sentence_is_cut_at_a_word() -> None:
     assert len(summary) <= 110 and summary.endswith("word…")
 
 
+def test_a_summary_drops_anchors_and_bold_but_keeps_comparisons() -> None:
+    """`<=` and `>` in a rule are words of it, not a tag to strip."""
+    text = '<a id="rule-3.3"></a>**3.3** Valid (`1 <= A <= F`); `A` > `F` answers 400.'
+    assert summarize(text) == "3.3 Valid (`1 <= A <= F`); `A` > `F` answers 400."
+
+
 def test_spec_md_numbers_its_rules_in_order_in_every_section() -> None:
     rules = load_rules()
     sections: dict[int, list[int]] = {}
