@@ -34,7 +34,6 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -60,10 +59,9 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
 
     use_ns = True  # times in nanoseconds (mfusepy's float seconds are deprecated)
 
-    def __init__(self, backing: Path, cache: PageCache, on_mounted: Callable[[], object]) -> None:
+    def __init__(self, backing: Path, cache: PageCache) -> None:
         self.root = str(backing)
         self.cache = cache
-        self._on_mounted = on_mounted
         self._inodes: dict[int, int] = {}  # file handle -> backing inode
         self._synced_handles: set[int] = set()  # opened O_SYNC or O_DSYNC
         self._datasync_handles: set[int] = set()  # of those, O_DSYNC without O_SYNC
@@ -81,7 +79,6 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
             config_3.use_ino = 1
         if conn_info is not None:
             conn_info.max_write = MAX_WRITE
-        self._on_mounted()
 
     def statfs(self, path: str) -> dict[str, int]:
         found = os.statvfs(self._full(path))
@@ -261,7 +258,8 @@ def _last_name_of_file(full: str) -> int | None:
 
 def serve_control(control: Path, cache: PageCache) -> threading.Thread:
     """Answers `cut` and `unsynced` on the Unix socket `control` (module docstring), in a
-    daemon thread: the filesystem's process ends with its mount."""
+    daemon thread: the filesystem's process ends with its mount. Bound before the mount
+    is made, so a path that cannot be bound fails before anything is mounted."""
     with suppress(FileNotFoundError):
         control.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -296,14 +294,13 @@ def _line(word: str, unsynced: Unsynced) -> str:
 
 def run(backing: Path, mountpoint: Path, control: Path) -> None:
     """Serves `backing` at `mountpoint` until unmounted (`fusermount3 -u`) or signalled
-    (SIGTERM, SIGINT: libfuse unmounts). The control socket answers from the moment the
-    mount is made; auto_unmount has fusermount3 take the mount away even if this process
-    is killed."""
+    (SIGTERM, SIGINT: libfuse unmounts). auto_unmount has fusermount3 take the mount
+    away even if this process is killed."""
     cache = PageCache()
-    operations = LazyFilesystem(backing, cache, lambda: serve_control(control, cache))
+    serve_control(control, cache)
     try:
         mfusepy.FUSE(
-            operations,
+            LazyFilesystem(backing, cache),
             str(mountpoint),
             foreground=True,
             fsname=f"lazy:{backing}",

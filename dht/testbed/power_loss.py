@@ -213,7 +213,9 @@ def main(argv: list[str] | None = None) -> None:
         description="A filesystem that loses what was not fsynced when the power is cut.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("mount", help="serve BACKING at MOUNTPOINT until unmounted")
+    serve = commands.add_parser(
+        "mount", help="serve BACKING at MOUNTPOINT (both made if missing) until unmounted"
+    )
     serve.add_argument("backing", type=Path)
     serve.add_argument("mountpoint", type=Path)
     for name, text in (("cut", "a power cut: drop every write not fsynced"),
@@ -226,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.exit(2, f"cannot mount: {reason}\n")
         from dht.testbed.lazy_filesystem import run
 
+        args.backing.mkdir(parents=True, exist_ok=True)
+        args.mountpoint.mkdir(parents=True, exist_ok=True)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         print(
             f"serving {args.backing} at {args.mountpoint}; a power cut: "

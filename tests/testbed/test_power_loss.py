@@ -1,7 +1,7 @@
 """The power-loss filesystem (dht/testbed/power_loss.py, lazy_filesystem.py), mounted for
 real: a power cut takes exactly what was not fsynced; metadata is durable at once; the
 mount goes away whatever happened to its process. Skipped with the reason where FUSE
-cannot be mounted (not root, no /dev/fuse)."""
+cannot be mounted (not root, no /dev/fuse); that reason is checked here too."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
+from dht.testbed import power_loss
 from dht.testbed.page_cache import PAGE, Unsynced
-from dht.testbed.power_loss import PowerLossMount, mounted
+from dht.testbed.power_loss import PowerLossMount, PowerLossUnavailable, mount, mounted
 
 
 def write(path: Path, data: bytes, *, fsync: bool = False, flags: int = 0) -> None:
@@ -139,3 +142,24 @@ def test_unmount_takes_the_mount_away_when_the_filesystem_was_killed(
     assert not mounted(lazy_mount.mountpoint)
     assert os.listdir(lazy_mount.mountpoint) == []
     assert (lazy_mount.backing / "file").read_bytes() == b""
+
+
+def test_without_root_the_reason_says_so_and_mount_raises_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(power_loss.os, "geteuid", lambda: 1000)
+    assert power_loss.power_loss_unavailable() == "mounting the power-loss filesystem needs root"
+    with pytest.raises(PowerLossUnavailable, match="needs root"):
+        mount(tmp_path / "backing", tmp_path / "mount")
+    assert not (tmp_path / "mount").exists()
+
+
+def test_without_fuse_the_reason_names_dev_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(power_loss.os, "geteuid", lambda: 0)
+
+    def no_device(path: str, flags: int) -> int:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(power_loss.os, "open", no_device)
+    reason = power_loss.power_loss_unavailable()
+    assert reason is not None and reason.startswith("cannot open /dev/fuse")
