@@ -14,6 +14,19 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+# How a node's writes reach the disk before it acknowledges them (SPEC.md rule 10.2).
+Durability = Literal["group", "none", "each"]
+DURABILITIES: tuple[Durability, ...] = ("group", "none", "each")
+# Flags that are gone, and what each now means: (setting, value, what to say).
+DEPRECATED_FLAGS: dict[str, tuple[str, Any, str]] = {
+    "--sync-writes": (
+        "durability",
+        "group",
+        "--sync-writes is deprecated: writes are synced by default now (--durability "
+        "group); --durability each fsyncs every write on its own as --sync-writes did",
+    ),
+}
+
 KiB = 1024
 MiB = 1024 * KiB
 # The longest cluster secret (an HMAC key: it never travels, SPEC.md rule 11.4; longer
@@ -259,11 +272,14 @@ class NodeConfig:
         "older than this and than half of it plus twice --max-clock-drift (default "
         "%(default)s, a day)",
     )
-    sync_writes: bool = setting(
-        False,
-        action="store_true",
-        help="fsync LevelDB's log on every write: survives power loss, not "
-        "just a crash, at a large cost in write latency (default off)",
+    durability: Durability = setting(
+        "group",
+        choices=DURABILITIES,
+        help="when a write is acknowledged: group (the default) once it is synced to the "
+        "disk, writes that arrive together sharing one fsync in LevelDB's writer thread; "
+        "none once it is in LevelDB's log in the OS cache, so a power loss (not a crash) "
+        "can lose acknowledged writes; each with one fsync per write, on the event loop "
+        "(slow; to compare). --sync-writes, deprecated, means group (default %(default)s)",
     )
     disk_reserve: int = setting(
         32 * MiB,

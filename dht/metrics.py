@@ -258,6 +258,16 @@ def _totals(status: dict[str, Any]) -> Iterator[Metric]:
         tls_refused.add_metric([reason], count)
     yield tls_refused
     yield _counter(
+        "dht_storage_syncs",
+        "Syncs of writes to the disk (--durability: a group commit's batches, or single writes)",
+        status["storage"]["syncs"],
+    )
+    yield _counter(
+        "dht_storage_synced_writes",
+        "Writes those syncs held (records, hints, nonces): divided by the syncs, writes per sync",
+        status["storage"]["synced_writes"],
+    )
+    yield _counter(
         "dht_tombstones_collected",
         "Tombstones and expired records removed for good",
         status["tombstones"]["collected"],

@@ -55,7 +55,7 @@ class Node:
         self.config = config
         self.started_at = time.monotonic()
         wall_ms = skewed_wall_clock(config.clock_skew)
-        self.storage = Storage(config.data_dir, config.disk_reserve, config.sync_writes, wall_ms)
+        self.storage = Storage(config.data_dir, config.disk_reserve, config.durability, wall_ms)
         self.clock = HybridClock(
             wall_ms,
             config.max_clock_drift_ms,
@@ -265,6 +265,7 @@ class Node:
             "hints_dropped": self.hints.dropped,
             "versions_refused": self.clock.refused,
             "disk": self.storage.disk.status(),
+            "storage": self.storage.status(),
             "anti_entropy": {
                 "interval": self.config.anti_entropy_interval,
                 "trees_ready": self.anti_entropy.ready,
@@ -364,6 +365,8 @@ class Node:
             await self.fence.close()
             await self._stop_repair_loops()
             await self.peers.close()
+            # What was queued lands (no connection is left to acknowledge it on).
+            await self.storage.drain()
             try:
                 self.storage.save_clock_ceiling(self.clock.last)  # a clean stop: no lead
             except DiskFull as exc:  # the ceiling saved last is higher, and still holds

@@ -9,9 +9,18 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from dht.config import NodeConfig, node_settings, normalize_url, parse_route, resolve_self
+from dht.config import (
+    DEPRECATED_FLAGS,
+    NodeConfig,
+    node_settings,
+    normalize_url,
+    parse_route,
+    resolve_self,
+)
 
 # The end of a help text that says the default: "(default 1.0)", "(default: on)",
 # "(default: $DHT_SECRET; more about it)".
@@ -43,6 +52,33 @@ def add_node_flags(parser: argparse.ArgumentParser, scope: Literal["node", "shar
         elif declared.action is None and flag.default is not dataclasses.MISSING:
             options["default"] = flag.default
         parser.add_argument(flag.flag, **options)
+    for name, (dest, value, message) in DEPRECATED_FLAGS.items():
+        parser.add_argument(
+            name,
+            dest=dest,
+            action=_Deprecated,
+            const=value,
+            message=message,
+            help=argparse.SUPPRESS,
+        )
+
+
+class _Deprecated(argparse.Action):
+    """A flag that is gone: sets what it now means, and says so on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+        self.message = message
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"warning: {self.message}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const)
 
 
 def node_config(args: argparse.Namespace) -> NodeConfig:

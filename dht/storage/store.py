@@ -8,8 +8,18 @@ and the per-peer trees are rebuilt from it at start without reading a value. A r
 and its digest are written in one LevelDB batch, so they never disagree; `on_change`
 then tells the trees.
 
-Nothing here knows about HTTP or other nodes. Point operations are short enough to run on
-the event loop; the range iterator yields lazily so a scan never holds the range in memory.
+How a write reaches the disk is `durability` (`--durability`, SPEC.md rule 10.2):
+"group" (the default) queues every write, records, hints and nonces alike, for the
+writer thread, which writes those queued together in one synced batch
+(dht/storage/group_commit.py): a write is answered, and read, only once it is on the
+disk, and the loop never waits for an fsync. "none" writes a small record at once on the
+loop, unsynced; "each" does too, synced (one fsync per write, on the loop). With either,
+a value of LARGE_WRITE or more, and any write of a key with one still queued, goes
+through the thread's batches, so writes of a key land in order.
+
+Nothing here knows about HTTP or other nodes. Reads are point operations short enough to
+run on the event loop; the range iterator yields lazily so a scan never holds the range
+in memory.
 """
 
 from __future__ import annotations
@@ -25,14 +35,17 @@ from typing import Any
 
 import plyvel
 
+from dht.config import Durability
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.disk import DiskFull, DiskSpace
+from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 
 log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = b"r"
-# Values from this size on are written in a thread rather than on the loop.
+# Values from this size on are written in a thread rather than on the loop (with every
+# --durability, "group" writing every value there).
 LARGE_WRITE = 1024 * 1024
 HINTS_PREFIX = b"h"
 DIGESTS_PREFIX = b"d"
@@ -140,34 +153,77 @@ def _reason(exc: BaseException) -> str:
 
 class Storage:
     """`disk` guards every write with the volume's free-space reserve: a write that would
-    go below it, or that LevelDB fails for lack of space, raises DiskFull."""
+    go below it, or that LevelDB fails for lack of space, raises DiskFull (or, queued,
+    fails its future with it).
+
+    A write of the group commit (every write with `durability` "group", large ones
+    otherwise) is visible to reads (`get`, `digest`, `digests`, `scan`) once its batch
+    has landed; before that only the writes that follow it see it, to decide what is
+    newer."""
 
     def __init__(
         self,
         data_dir: Path,
         disk_reserve: int = 0,
-        sync_writes: bool = False,
+        durability: Durability = "group",
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
         self._db = open_leveldb(data_dir)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
-        self.hints = self._db.prefixed_db(HINTS_PREFIX)
         self._nonces = self._db.prefixed_db(NONCES_PREFIX)
         self.disk = DiskSpace(data_dir, disk_reserve)
-        self._sync = sync_writes
-        # Large values are written by this thread (plyvel lets go of the GIL meanwhile),
-        # so a 16 MiB write does not stop the loop for 50-100 ms. One thread: LevelDB
-        # takes one write at a time anyway.
+        self.durability = durability
+        self._sync = durability != "none"  # on the loop: "each"; in batches: "group" too
+        self._queue_all = durability == "group"
+        # The group commit's thread (plyvel lets go of the GIL meanwhile), so neither an
+        # fsync nor a 16 MiB write stops the loop. One thread: LevelDB takes one write at
+        # a time anyway.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-writer")
-        self._writing: dict[bytes, asyncio.Future[bool]] = {}
+        self._queue = GroupCommit(self._write_batch, self._writer, self._sync, self._landed)
+        # Manual compactions take seconds: their own thread, so no batch waits for one.
+        self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-compact")
+        self.hints: Any = (
+            QueuedSpace(self._db, HINTS_PREFIX, self._queue)
+            if self._queue_all
+            else self._db.prefixed_db(HINTS_PREFIX)
+        )
+        self.synced_on_loop = 0  # "each": small writes synced one by one
         self.on_change: ChangeListener | None = None
         self._index_digests()
 
+    async def drain(self) -> None:
+        """Until nothing is queued: every write taken so far has landed or failed."""
+        while not self._queue.idle:
+            await asyncio.wait(self._queue.landed())
+
     def close(self) -> None:
-        self._writer.shutdown(wait=True)  # a write in its thread finishes first
-        if not self._db.closed:
+        """Closes the database once the thread's batch and compaction have finished, and
+        the writes still queued (the loop stopped before `drain`) are written, synced and
+        answered to no one: nothing is acknowledged that is not on the disk."""
+        self._writer.shutdown(wait=True)
+        self._compactor.shutdown(wait=True)
+        if self._db.closed:
+            return
+        try:
+            self._queue.write_remaining()
+        except DiskFull as exc:
+            log.warning("closing: the writes still queued are lost: %s", exc)
+        finally:
             self._db.close()
+
+    def status(self) -> dict[str, Any]:
+        """`--durability`, the syncs of writes made (batches of the group commit, or
+        single writes with "each") and the writes they held: writes per sync says how
+        much the group commit saves."""
+        syncs = (self._queue.batches if self._sync else 0) + self.synced_on_loop
+        writes = (self._queue.batched_writes if self._sync else 0) + self.synced_on_loop
+        return {
+            "durability": self.durability,
+            "syncs": syncs,
+            "synced_writes": writes,
+            "writes_per_sync": round(writes / syncs, 2) if syncs else None,
+        }
 
     def clock_ceiling(self) -> int:
         """The ceiling the clock saved last; in a folder where it never saved one (from
@@ -193,14 +249,24 @@ class Storage:
         return [(int.from_bytes(at, "big"), nonce) for nonce, at in self._nonces]
 
     def remember_nonce(self, nonce: bytes, forget_at_ms: int) -> None:
-        """As durable as a record (synced with --sync-writes; a node killed keeps it).
-        Not held to the disk reserve: a few dozen bytes, and refusing them would refuse
-        internal reads too. Raises DiskFull when the volume has not a byte left."""
-        put_or_disk_full(self._nonces, nonce, forget_at_ms.to_bytes(8, "big"), sync=self._sync)
+        """Kept as records are: in a node killed; synced with --durability each before
+        it returns; with "group", queued, so synced with the next batch, within the
+        fsync of the batch under way (a power loss in that window may forget it). Not held
+        to the disk reserve: a few dozen bytes, and refusing them would refuse internal
+        reads too. Raises DiskFull (or logs it, queued) when the volume has not a byte
+        left."""
+        when = forget_at_ms.to_bytes(8, "big")
+        if self._queue_all:
+            self._queue.queue([(NONCES_PREFIX + nonce, when)], answer=None)
+            return
+        put_or_disk_full(self._nonces, nonce, when, sync=self._sync)
 
     def forget_nonces(self, nonces: list[bytes]) -> None:
         """One batch. One that fails is logged: the nonces stay on disk, and the next
         start drops them again, past their time."""
+        if self._queue_all:
+            self._queue.queue([(NONCES_PREFIX + nonce, None) for nonce in nonces], answer=None)
+            return
         try:
             write_or_disk_full(self._nonces, [], nonces)
         except DiskFull as exc:
@@ -211,39 +277,62 @@ class Storage:
         return None if data is None else decode(data)
 
     def write(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
-        """Last write wins: stores `record` only if it supersedes what is stored, and says
-        whether it did. Idempotent, so repeated deliveries are harmless. Raises DiskFull.
+        """Last write wins: stores `record` only if it supersedes what is stored or
+        queued, and says whether it did. Idempotent, so repeated deliveries are
+        harmless. Raises DiskFull, or fails the future with it.
 
-        A small record is written at once, on the loop (the check and the write have no
-        await between them, so no lock is needed). A large one, or any write of a key
-        whose large write is in the writer thread, gives a future instead: a write waits
-        for the one of its key in the thread, so no check of what is stored is made
-        before a write of the same key lands, and an older value never replaces a newer
-        one."""
-        if key not in self._writing and len(record.value) < LARGE_WRITE:
-            return self._put_if_newer(key, record)
-        return asyncio.ensure_future(self._write_in_order(key, record))
-
-    def _put_if_newer(self, key: bytes, record: Record) -> bool:
-        prepared = self._prepared(key, record)
+        A write the group commit takes gives a future, done once its batch is on the
+        disk; so does one older than a write of its key still queued (False, once that
+        one is on the disk: what it is answered for must be durable too). One older than
+        what is stored gives False at once. With --durability none or each, a small
+        record of a key with nothing queued is written at once, on the loop (the check
+        and the write have no await between them, so no lock is needed)."""
+        stored_key = RECORDS_PREFIX + key
+        if self._queue_all or len(record.value) >= LARGE_WRITE or self._queue.holds(stored_key):
+            return self._queued_write(key, stored_key, record)
+        prepared = self._prepared(key, record, None)
         if prepared is None:
             return False
-        self._commit(key, *prepared)
+        data, old, new = prepared
+        puts = [(stored_key, data), (digest_key(key), pack_digest(new))]
+        write_or_disk_full(self._db, puts, [], self._sync)
+        self.synced_on_loop += self._sync
+        if self.on_change is not None:
+            self.on_change(key, old, new)
         return True
 
-    def _prepared(self, key: bytes, record: Record) -> tuple[bytes, Digest | None, Digest] | None:
+    def _queued_write(
+        self, key: bytes, stored_key: bytes, record: Record
+    ) -> bool | asyncio.Future[bool]:
+        queued = self._queue.pending(stored_key)
+        prepared = self._prepared(key, record, queued)
+        if prepared is None:
+            return False if queued is None else self._queue.after(queued[1], False)
+        data, old, new = prepared
+        operations = [(stored_key, data), (digest_key(key), pack_digest(new))]
+        written = self._queue.queue(operations, (key, old, new))
+        assert written is not None
+        return written
+
+    def _prepared(
+        self, key: bytes, record: Record, queued: tuple[bytes | None, Batch] | None
+    ) -> tuple[bytes, Digest | None, Digest] | None:
         """The bytes to store for `record`, admitted by the disk reserve, with the digest
-        entries it replaces and brings; None when what is stored is newer. The record is
-        stored with the wider copy count of it and of the one it replaces
-        (`wider_copies`).
+        entries it replaces and brings; None when what is stored, or `queued` (the newest
+        record of the key still queued, and its batch), is newer. The record is stored
+        with the wider copy count of it and of the one it replaces (`wider_copies`).
 
         The stored version is read from the digest entry (25 bytes), not the record: the
         stored value is read only when the versions tie, where last-write-wins looks at
         the rest of the record."""
-        old = self.digest(key)
+        if queued is None:
+            old = self.digest(key)
+        else:
+            entry = self._queue.pending(digest_key(key))
+            old = None if entry is None or entry[0] is None else unpack_digest(entry[0])
         if old is not None:
             if record.version <= old.version and (
-                record.version < old.version or not record.supersedes(self.get(key))
+                record.version < old.version or not record.supersedes(self._newest(key, queued))
             ):
                 return None
             if (copies := wider_copies(record.copies, old.copies)) != record.copies:
@@ -253,35 +342,20 @@ class Storage:
         new = Digest(record.version, record_digest(key, record), record.copies, self._wall_ms())
         return data, old, new
 
-    def _commit(self, key: bytes, data: bytes, old: Digest | None, new: Digest) -> None:
-        self._store(key, data, new)
-        if self.on_change is not None:
-            self.on_change(key, old, new)
+    def _newest(self, key: bytes, queued: tuple[bytes | None, Batch] | None) -> Record | None:
+        if queued is None:
+            return self.get(key)
+        return None if queued[0] is None else decode(queued[0])
 
-    def _store(self, key: bytes, data: bytes, new: Digest) -> None:
-        puts = [(RECORDS_PREFIX + key, data), (digest_key(key), pack_digest(new))]
-        write_or_disk_full(self._db, puts, [], self._sync)
+    def _write_batch(
+        self, puts: list[tuple[bytes, bytes]], deletes: list[bytes], sync: bool
+    ) -> None:
+        write_or_disk_full(self._db, puts, deletes, sync)
 
-    async def _write_in_order(self, key: bytes, record: Record) -> bool:
-        while (earlier := self._writing.get(key)) is not None:
-            await asyncio.wait([earlier])
-        if len(record.value) < LARGE_WRITE:
-            return self._put_if_newer(key, record)
-        prepared = self._prepared(key, record)
-        if prepared is None:
-            return False
-        data, old, new = prepared
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
-        self._writing[key] = done
-        try:
-            await loop.run_in_executor(self._writer, self._store, key, data, new)
-        finally:
-            del self._writing[key]
-            done.set_result(True)
+    def _landed(self, changes: dict[bytes, Change]) -> None:
         if self.on_change is not None:
-            self.on_change(key, old, new)
-        return True
+            for key, change in changes.items():
+                self.on_change(key, change.old, change.new)
 
     def digest(self, key: bytes) -> Digest | None:
         data = self._db.get(digest_key(key))
@@ -294,20 +368,30 @@ class Storage:
         return _digest_entries(self._db.iterator(prefix=prefix, fill_cache=False))
 
     async def writes_landed(self) -> None:
-        """Until every write now in the writer thread has landed: their digest entries
-        say they arrived already, and anti-entropy starts an exchange only once they are
-        in its trees too."""
-        if self._writing:
-            await asyncio.wait(list(self._writing.values()))
+        """Until every write now queued has landed: their digest entries say they
+        arrived already, and anti-entropy starts an exchange only once they are in its
+        trees too."""
+        if landed := self._queue.landed():
+            await asyncio.wait(landed)
 
     def collect(self, key: bytes, record: Record) -> bool:
         """Removes `record` for good (a tombstone or an expired record past its grace),
-        unless a write replaced it meanwhile or one of the key is in the writer thread
-        (it may land between this read and the removal); says whether it did."""
-        if key in self._writing or self.get(key) != record:
+        unless a write replaced it meanwhile or one of the key is queued (it may land
+        between this read and the removal); says whether it did. With --durability
+        group the removal is queued too (nobody waits for it: a removal a power loss
+        undoes is made again by the next collection)."""
+        stored_key = RECORDS_PREFIX + key
+        if self._queue.holds(stored_key) or self.get(key) != record:
             return False
         old = self.digest(key)
-        write_or_disk_full(self._db, [], [RECORDS_PREFIX + key, digest_key(key)], self._sync)
+        if self._queue_all:
+            removal: list[tuple[bytes, bytes | None]] = [
+                (stored_key, None),
+                (digest_key(key), None),
+            ]
+            self._queue.queue(removal, (key, old, None), answer=None)
+            return True
+        write_or_disk_full(self._db, [], [stored_key, digest_key(key)], self._sync)
         if self.on_change is not None:
             self.on_change(key, old, None)
         return True
@@ -315,10 +399,10 @@ class Storage:
     async def compact(self) -> None:
         """LevelDB's manual compaction of records and digests: after a collection removed
         many of them, their delete markers and the values they hid only leave the disk
-        when a compaction passes over them. It runs in the writer thread, so `close`
-        waits for it before closing the database."""
+        when a compaction passes over them. It runs in a thread of its own (writes go on
+        meanwhile), which `close` waits for before closing the database."""
         await asyncio.get_running_loop().run_in_executor(
-            self._writer,
+            self._compactor,
             lambda: self._db.compact_range(start=DIGESTS_PREFIX, stop=RECORDS_PREFIX + b"\xff"),
         )
 

@@ -117,7 +117,7 @@ class InternalApi:
             return stored
         if on_stored is not None:
             stored.add_done_callback(lambda _: on_stored(key, record))
-        return asyncio.ensure_future(_refusing_for_space(stored))
+        return _refusing_for_space(stored)
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -219,8 +219,22 @@ class InternalApi:
         return response
 
 
-async def _refusing_for_space(write: asyncio.Future[bool]) -> bool:
-    try:
-        return await write
-    except DiskFull as exc:
-        raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
+def _refusing_for_space(write: asyncio.Future[bool]) -> asyncio.Future[bool]:
+    """`write`'s outcome, a full volume as the refusal the channel answers for it. A
+    callback, not a task: every replica write takes this way with the group commit."""
+    answer: asyncio.Future[bool] = write.get_loop().create_future()
+
+    def landed(_: asyncio.Future[bool]) -> None:
+        if answer.done():
+            return
+        if write.cancelled():
+            answer.cancel()
+        elif (error := write.exception()) is None:
+            answer.set_result(write.result())
+        elif isinstance(error, DiskFull):
+            answer.set_exception(ReplicaRefusal(Why.NO_SPACE, str(error)))
+        else:
+            answer.set_exception(error)
+
+    write.add_done_callback(landed)
+    return answer

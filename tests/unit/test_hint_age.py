@@ -52,7 +52,7 @@ class SlowPeer:
 
 async def test_a_hint_made_at_the_calls_deadline_is_as_old_as_its_write(tmp_path: Path) -> None:
     wall = Wall()
-    storage = Storage(tmp_path / "data", wall_ms=wall)
+    storage = Storage(tmp_path / "data", durability="none", wall_ms=wall)
     disk = DiskSpace(tmp_path, 0, measure=lambda path: 1 << 40)
     hints = HintStore(storage.hints, disk, 1 << 30, MAX_AGE, wall)
     topology = SimpleNamespace(

@@ -32,7 +32,7 @@ class Clock:
 
 @pytest.fixture
 def storage(tmp_path: Path) -> Iterator[Storage]:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         yield storage
     finally:

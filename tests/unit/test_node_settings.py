@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dht.command_line.node_flags import flags_table, node_config
 from dht.command_line.parser import build_parser
 from dht.config import node_settings
@@ -33,7 +35,7 @@ def test_cluster_passes_every_shared_setting_on_to_its_nodes() -> None:
     """What `cluster` was given reaches each node's `NodeConfig` unchanged (the secret
     through the environment, so not here)."""
     cluster_args = build_parser().parse_args(
-        ["cluster", "--vnodes", "7", "--sync-writes", "--no-metrics", "--clock-skew", "-2.5"]
+        ["cluster", "--vnodes", "7", "--durability", "none", "--no-metrics", "--clock-skew", "-2.5"]
     )
     node = ["node", "--port", "9000", "--data-dir", "d", "--cluster", "http://127.0.0.1:9000"]
     node_args = build_parser().parse_args([*node, *passed_settings(cluster_args)])
@@ -41,4 +43,17 @@ def test_cluster_passes_every_shared_setting_on_to_its_nodes() -> None:
     for flag in node_settings():
         if flag.setting.scope == "shared" and flag.setting.environment is None:
             assert getattr(config, flag.name) == getattr(cluster_args, flag.name), flag.flag
-    assert (config.vnodes, config.sync_writes, config.metrics) == (7, True, False)
+    assert (config.vnodes, config.durability, config.metrics) == (7, "none", False)
+
+
+def test_sync_writes_is_deprecated_for_the_group_commit_it_now_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--sync-writes` asked for synced writes: the default gives them now (SPEC.md rule
+    10.2), so the flag still parses, to `--durability group`, and says so."""
+    node = ["node", "--port", "9000", "--data-dir", "d", "--cluster", "http://127.0.0.1:9000"]
+    assert node_config(build_parser().parse_args(node)).durability == "group"
+    config = node_config(build_parser().parse_args([*node, "--sync-writes"]))
+    assert config.durability == "group"
+    assert "--sync-writes is deprecated" in capsys.readouterr().err
+    assert build_parser().parse_args(["cluster", "--sync-writes"]).durability == "group"

@@ -100,13 +100,13 @@ def test_a_nonce_the_store_cannot_keep_is_not_taken() -> None:
 
 
 def test_storage_keeps_the_nonces_across_a_reopen(tmp_path: Path) -> None:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     first, second = new_nonce(), new_nonce()
     storage.remember_nonce(first, NOW)
     storage.remember_nonce(second, NOW + 1)
     storage.forget_nonces([first])
     storage.close()
-    reopened = Storage(tmp_path)
+    reopened = Storage(tmp_path, durability="none")
     try:
         assert reopened.kept_nonces() == [(NOW + 1, second)]
     finally:

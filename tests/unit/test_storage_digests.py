@@ -13,7 +13,7 @@ from dht.storage.store import Storage, digest_key, repair
 
 
 def test_an_older_write_is_refused_and_a_tie_is_decided_by_the_record(tmp_path: Path) -> None:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         assert storage.write(b"k", Record.live(5, b"b")) is True
         assert storage.write(b"k", Record.live(4, b"z")) is False
@@ -26,7 +26,7 @@ def test_an_older_write_is_refused_and_a_tie_is_decided_by_the_record(tmp_path: 
 
 
 def test_after_a_repair_the_index_is_rebuilt_so_an_older_write_stays_out(tmp_path: Path) -> None:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     storage.write(b"kept", Record.live(7, b"newer"))
     storage.write(b"gone", Record.live(7, b"v"))
     storage.close()
@@ -37,7 +37,7 @@ def test_after_a_repair_the_index_is_rebuilt_so_an_older_write_stays_out(tmp_pat
     db.delete(b"r" + b"gone")
     db.close()
     repair(tmp_path)
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         assert storage.write(b"kept", Record.live(6, b"older")) is False
         assert storage.get(b"kept") == Record.live(7, b"newer")
@@ -51,7 +51,7 @@ def test_a_folder_from_before_arrival_times_gets_them_at_its_first_start(tmp_pat
     """Digest entries of 17 bytes and the `m:digests-1` marker (a data folder written
     before tombstone collection went by arrival): the index is rebuilt, every entry
     saying it arrived at that start, so collection waits for exchanges from then on."""
-    storage = Storage(tmp_path, wall_ms=lambda: 1_000)
+    storage = Storage(tmp_path, durability="none", wall_ms=lambda: 1_000)
     storage.write(b"deleted", Record.deleted(7))
     storage.close()
     db = plyvel.DB(str(tmp_path / "leveldb"))
@@ -59,7 +59,7 @@ def test_a_folder_from_before_arrival_times_gets_them_at_its_first_start(tmp_pat
     db.delete(b"m:digests-2")
     db.put(b"m:digests-1", b"1")
     db.close()
-    storage = Storage(tmp_path, wall_ms=lambda: 5_000)
+    storage = Storage(tmp_path, durability="none", wall_ms=lambda: 5_000)
     try:
         entry = storage.digest(b"deleted")
         assert entry is not None and (entry.version, entry.arrived_ms) == (7, 5_000)
@@ -77,7 +77,7 @@ def test_a_newer_record_takes_the_wider_copy_count_of_the_one_it_replaces(
 ) -> None:
     """A PUT at 3/3, then one at 2/2: the replica that held the first names three copies
     for the second too, so it stays among the nodes its record names (rule 9.10)."""
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         storage.write(b"k", Record.live(1, b"v1", copies=3))
         assert storage.write(b"k", Record.live(2, b"v2", copies=2)) is True

@@ -19,7 +19,7 @@ SMALL = b"s"
 async def test_a_newer_small_write_is_not_undone_by_an_older_large_one_landing_later(
     tmp_path: Path,
 ) -> None:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         older_large = storage.write(b"k", Record.live(1, LARGE))
         assert isinstance(older_large, asyncio.Future)
@@ -33,7 +33,7 @@ async def test_a_newer_small_write_is_not_undone_by_an_older_large_one_landing_l
 
 
 async def test_an_older_small_write_after_a_newer_large_one_is_kept_out(tmp_path: Path) -> None:
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     try:
         newer_large = storage.write(b"k", Record.live(2, LARGE))
         await asyncio.sleep(0)
@@ -53,7 +53,7 @@ async def test_collection_leaves_a_key_alone_while_its_large_write_is_in_the_thr
     the writer thread, removed it, and the value's landing then took the tombstone's
     digest out of the trees a second time (or, landing between the read and the
     removal, the new value itself was removed)."""
-    storage = Storage(tmp_path)
+    storage = Storage(tmp_path, durability="none")
     changes: list[tuple[Digest | None, Digest | None]] = []
     storage.on_change = lambda key, old, new: changes.append((old, new))
     release = threading.Event()
