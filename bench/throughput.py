@@ -40,7 +40,9 @@ from bench.throughput_report import (
     BARE,
     NO_LEAN,
     NO_METRICS,
+    NO_SYNC,
     ONE_NODE,
+    SYNC_EACH,
     THREE_1_1,
     THREE_2_3,
     WITH_TLS,
@@ -48,6 +50,7 @@ from bench.throughput_report import (
     Row,
     ceiling,
     cpu_added,
+    durability_costs,
     latency,
     lean_gains,
     metrics_costs,
@@ -80,19 +83,20 @@ def measure(
     connections: int,
     wrk_prefix: list[str],
     alternate: bool = False,
+    workloads: tuple[str, ...] = WORKLOADS,
 ) -> list[Row]:
     """Runs every round: PUT on each server in turn (the bare one first), then GET on
     each over the keys its PUT just wrote; each PUT writes keys of its own prefix. With
     `alternate`, every other round takes the servers after the bare one in reverse
     order: the first of them after the bare server runs measurably slower here (20%
     seen), which would otherwise pass for a difference between two of them."""
-    rows = {(s.name, w): Row(pinning, s.name, w) for w in WORKLOADS for s in servers}
+    rows = {(s.name, w): Row(pinning, s.name, w) for w in workloads for s in servers}
     for round_number in range(rounds):
         written: dict[str, tuple[str, int]] = {}
         in_turn = servers
         if alternate and round_number % 2:
             in_turn = [servers[0], *reversed(servers[1:])]
-        for workload in WORKLOADS:
+        for workload in workloads:
             bare_rate = 0.0
             for index, server in enumerate(in_turn):
                 prefix = f"r{round_number}s{servers.index(server)}-"
@@ -243,6 +247,42 @@ def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             return measure("unpinned", servers, rounds, seconds, connections, [], True)
 
 
+def durability_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+    """PUT with the group commit (the default), with no fsync (`--durability none`) and
+    with one per write (`--durability each`), in turn within each round (alternating
+    order), pinned (one node each) and unpinned (three nodes at 2/3 each). Every data
+    folder is on the same volume as the others (the system's temporary folder)."""
+    wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
+    none, each = ("--durability", "none"), ("--durability", "each")
+    with (
+        bare_server(SERVER_CORE) as bare,
+        dht_cluster(1, SERVER_CORE) as group,
+        dht_cluster(1, SERVER_CORE, none) as unsynced,
+        dht_cluster(1, SERVER_CORE, each) as synced_each,
+    ):
+        servers = [
+            bare,
+            Server(ONE_NODE, *group),
+            Server(ONE_NODE + NO_SYNC, *unsynced),
+            Server(ONE_NODE + SYNC_EACH, *synced_each),
+        ]
+        rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
+    with (
+        bare_server(None) as bare,
+        dht_cluster(3, None) as group,
+        dht_cluster(3, None, none) as unsynced,
+        dht_cluster(3, None, each) as synced_each,
+    ):
+        servers = [
+            bare,
+            Server(THREE_2_3, *group),
+            Server(THREE_2_3 + NO_SYNC, *unsynced),
+            Server(THREE_2_3 + SYNC_EACH, *synced_each),
+        ]
+        rows += measure("unpinned", servers, rounds, seconds, connections, [], True, ("PUT",))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.throughput", description=__doc__.split("\n")[0]
@@ -252,9 +292,10 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64, help="wrk's -c (default 64)")
     parser.add_argument(
         "--only",
-        choices=("pinned", "unpinned", "metrics", "tls"),
+        choices=("pinned", "unpinned", "metrics", "tls", "durability"),
         help="one group of rows; `metrics` compares nodes with and without --no-metrics, "
-        "`tls` 3 nodes with and without TLS between them",
+        "`tls` 3 nodes with and without TLS between them, `durability` PUTs with the "
+        "group commit, with no fsync and with one fsync per write",
     )
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
@@ -266,12 +307,14 @@ def main() -> None:
         rows = metrics_rows(args.rounds, args.seconds, args.connections)
     if args.only == "tls":
         rows = tls_rows(args.rounds, args.seconds, args.connections)
-    if args.only not in ("unpinned", "metrics", "tls"):
+    if args.only == "durability":
+        rows = durability_rows(args.rounds, args.seconds, args.connections)
+    if args.only not in ("unpinned", "metrics", "tls", "durability"):
         if can_pin:
             rows += pinned_rows(args.rounds, args.seconds, args.connections)
         else:
             print(f"skipping pinned rows: cores {GENERATOR_CORE} and {SERVER_CORE} needed")
-    if args.only not in ("pinned", "metrics", "tls"):
+    if args.only not in ("pinned", "metrics", "tls", "durability"):
         rows += unpinned_rows(args.rounds, args.seconds, args.connections)
     print(
         f"wrk -t1 -c{args.connections}, {args.seconds:g} s per run, {args.rounds} rounds "
@@ -280,6 +323,7 @@ def main() -> None:
     )
     print(table(rows), "", *cpu_added(rows), "", *verdicts(rows), sep="\n")
     print(*lean_gains(rows), *metrics_costs(rows), *tls_costs(rows), sep="\n")
+    print(*durability_costs(rows), sep="\n")
     print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 

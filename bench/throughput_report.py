@@ -16,6 +16,11 @@ THREE_2_3 = "3 nodes, 2/3 (default)"
 NO_METRICS = ", --no-metrics"
 WITH_TLS = ", TLS between nodes"
 NO_LEAN = ", --no-lean-http"
+NO_SYNC = ", --durability none"
+SYNC_EACH = ", --durability each"
+# Issue 40's goals for the group commit (the default) against no fsync at all.
+GROUP_COMMIT_MAX_COST = 0.10
+GROUP_COMMIT_MAX_ADDED_P99_MS = 2.0
 
 
 @dataclass
@@ -236,4 +241,36 @@ def twin_costs(
             f"`{suffix.strip(', ')}` (p99 {latency(twin.median.p99_ms)}): {cost:+.1%} "
             f"(target under {target:.0%})"
         )
+    return lines
+
+
+def durability_costs(rows: list[Row]) -> list[str]:
+    """What syncing costs (rows with a `--durability none` twin): the group commit (the
+    row itself) and a sync per write (its `--durability each` twin, if measured) against
+    no sync, as shares of the bare server and p99s, with issue 40's verdict on the group
+    commit: at most 10% of the unsynced rate, at most 2 ms added to its p99."""
+    lines = []
+    for row in rows:
+        unsynced = find_row(rows, row.pinning, row.name + NO_SYNC, row.workload)
+        if unsynced is None:
+            continue
+        cost = 1 - row.ratio / unsynced.ratio if unsynced.ratio else 0.0
+        added = row.median.p99_ms - unsynced.median.p99_ms
+        met = cost <= GROUP_COMMIT_MAX_COST and added <= GROUP_COMMIT_MAX_ADDED_P99_MS
+        lines.append(
+            f"group commit {row.pinning} {row.name} {row.workload}: {row.ratio:.2f} x bare "
+            f"(p99 {latency(row.median.p99_ms)}) against {unsynced.ratio:.2f} x bare "
+            f"unsynced (p99 {latency(unsynced.median.p99_ms)}): costs {cost:.1%} of the "
+            f"rate and {added:+.2f} ms of p99 (goal <= {GROUP_COMMIT_MAX_COST:.0%}, "
+            f"<= {GROUP_COMMIT_MAX_ADDED_P99_MS:g} ms): {'met' if met else 'missed'}"
+        )
+        lines += [f"  does not count: {reason}" for reason in doubts(row, unsynced)]
+        each = find_row(rows, row.pinning, row.name + SYNC_EACH, row.workload)
+        if each is not None:
+            each_cost = 1 - each.ratio / unsynced.ratio if unsynced.ratio else 0.0
+            lines.append(
+                f"sync per write {row.pinning} {row.name} {row.workload}: {each.ratio:.2f} x "
+                f"bare (p99 {latency(each.median.p99_ms)}): costs {each_cost:.1%} of the "
+                "unsynced rate"
+            )
     return lines

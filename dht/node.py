@@ -373,7 +373,13 @@ class Node:
                 log.warning("kept the clock's saved ceiling: %s", exc)
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)
-            log.info("stopped")
+            synced = self.storage.status()
+            log.info(
+                "stopped; %d writes synced in %d syncs (--durability %s)",
+                synced["synced_writes"],
+                synced["syncs"],
+                synced["durability"],
+            )
 
 
 def hint_max_age(config: NodeConfig) -> float:

@@ -189,6 +189,7 @@ class Storage:
             else self._db.prefixed_db(HINTS_PREFIX)
         )
         self.synced_on_loop = 0  # "each": small writes synced one by one
+        self._nonce_landing: asyncio.Future[bool] | None = None
         self.on_change: ChangeListener | None = None
         self._index_digests()
 
@@ -249,17 +250,22 @@ class Storage:
         return [(int.from_bytes(at, "big"), nonce) for nonce, at in self._nonces]
 
     def remember_nonce(self, nonce: bytes, forget_at_ms: int) -> None:
-        """Kept as records are: in a node killed; synced with --durability each before
-        it returns; with "group", queued, so synced with the next batch, within the
-        fsync of the batch under way (a power loss in that window may forget it). Not held
+        """Kept as records are (synced unless --durability none; a node killed keeps it
+        anyway): with "group" it is queued, and `nonce_kept` waits for its sync. Not held
         to the disk reserve: a few dozen bytes, and refusing them would refuse internal
-        reads too. Raises DiskFull (or logs it, queued) when the volume has not a byte
-        left."""
+        reads too. Raises DiskFull when the volume has not a byte left."""
         when = forget_at_ms.to_bytes(8, "big")
         if self._queue_all:
-            self._queue.queue([(NONCES_PREFIX + nonce, when)], answer=None)
+            self._nonce_landing = self._queue.queue([(NONCES_PREFIX + nonce, when)])
             return
         put_or_disk_full(self._nonces, nonce, when, sync=self._sync)
+
+    async def nonce_kept(self) -> None:
+        """Until the nonce `remember_nonce` took last (with no await between the two) is
+        on the disk; raises DiskFull if its batch failed for want of space."""
+        landing, self._nonce_landing = self._nonce_landing, None
+        if landing is not None:
+            await landing
 
     def forget_nonces(self, nonces: list[bytes]) -> None:
         """One batch. One that fails is logged: the nonces stay on disk, and the next

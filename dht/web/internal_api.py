@@ -188,6 +188,7 @@ class InternalApi:
                     int(time.time() * 1000),
                     self._seen,
                 )
+                await self._storage.nonce_kept()  # queued by the group commit: synced
             except DiskFull as exc:  # its nonce could not be kept: taking it could replay
                 return text(503, f"Unavailable: cannot keep the request's nonce: {exc}")
             if why is not None:
