@@ -11,6 +11,9 @@ round's PUT wrote), each with its own bare-server reference:
   (one cluster for both), and 3 nodes at 2/3 with `--no-lean-http`, everything free on
   both cores.
 
+`--only durability` measures PUT with the group commit (the default), with no fsync
+and with one per write, pinned (one node each) and unpinned (3 nodes at 2/3 each).
+
 wrk always runs with one thread (`-t1 -c64`, the issue's original measurement), so its
 CPU share of one core tells whether it was the bottleneck. Each measurement runs
 `--rounds` times, servers in turn within a round (bare first), and the table shows the
@@ -267,6 +270,7 @@ def durability_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             Server(ONE_NODE + SYNC_EACH, *synced_each),
         ]
         rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
+        print_syncs("pinned", servers[1:])
     with (
         bare_server(None) as bare,
         dht_cluster(3, None) as group,
@@ -280,7 +284,25 @@ def durability_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             Server(THREE_2_3 + SYNC_EACH, *synced_each),
         ]
         rows += measure("unpinned", servers, rounds, seconds, connections, [], True, ("PUT",))
+        print_syncs("unpinned", servers[1:])
     return rows
+
+
+def print_syncs(pinning: str, servers: list[Server]) -> None:
+    """Each server's syncs and writes per sync over its whole run (`storage` in the
+    first node's /v0/status): the group commit's batching, as measured."""
+    import json
+
+    from dht.conformance.http_client import request
+
+    for server in servers:
+        storage = json.loads(request("GET", server.url + "/v0/status").body)["storage"]
+        print(
+            f"  {pinning} {server.name}: {storage['syncs']:,} syncs of "
+            f"{storage['synced_writes']:,} writes ({storage['writes_per_sync']} per sync)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main() -> None:

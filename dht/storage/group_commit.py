@@ -175,7 +175,10 @@ class GroupCommit:
         if error is None:
             self.batches += 1
             self.batched_writes += batch.writes
-            self._on_landed(batch.changes)
+            try:
+                self._on_landed(batch.changes)
+            except Exception:  # the writes are on the disk: they are answered anyway
+                log.exception("telling the trees of %d writes failed", batch.writes)
             for future, answer in batch.waiters:
                 if not future.done():
                     future.set_result(answer)

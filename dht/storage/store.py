@@ -237,9 +237,11 @@ class Storage:
         return max((entry.version for _, entry in self.digests()), default=0)
 
     def save_clock_ceiling(self, ceiling: int) -> None:
-        """Synced, whatever --sync-writes says: a version past the ceiling is used only
-        after this returns. Not held to the disk reserve: it is 8 bytes, and refusing it
-        would refuse every write. Raises DiskFull when the volume has not a byte left."""
+        """Synced, whatever --durability says, on the loop: a version past the ceiling is
+        used only after this returns (at most once a second of clock time, `HybridClock`;
+        the one fsync the loop waits for). Not held to the disk reserve: it is 8 bytes,
+        and refusing it would refuse every write. Raises DiskFull when the volume has not
+        a byte left."""
         put_or_disk_full(self._db, CLOCK_CEILING, ceiling.to_bytes(8, "big"), sync=True)
 
     # -- the nonces of internal requests taken (dht.replication.proof.NonceStore) ----------
