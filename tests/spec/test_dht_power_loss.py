@@ -1,8 +1,9 @@
 """SPEC.md rule 10.2 under a power cut, not just a crash: a real node whose data folder is
 on the power-loss filesystem (dht/testbed/power_loss.py) is killed with SIGKILL, the
 power is cut (every write not fsynced is gone), and it starts again on what is left.
-`--sync-writes` keeps every acknowledged write; the default fsyncs nothing per write, so
-the last ones are lost. Skipped with the reason where FUSE cannot be mounted."""
+The default (`--durability group`: acknowledged once synced, in groups) and `each` keep
+every acknowledged write; `none` acknowledges before any fsync, so the last ones are lost.
+Skipped with the reason where FUSE cannot be mounted."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from dht.testbed.toxiproxy import free_ports
 
 pytestmark = pytest.mark.dht
 
-# Which flags keep every acknowledged write through a power cut: the one place to change
-# when the default's durability does (group commit fsyncs before acknowledging).
+# Which flags keep every acknowledged write through a power cut.
 KEPT_THROUGH_A_POWER_CUT = [
-    pytest.param(["--sync-writes"], True, id="sync-writes"),
-    pytest.param([], False, id="default"),
+    pytest.param([], True, id="default"),
+    pytest.param(["--durability", "each"], True, id="each"),
+    pytest.param(["--durability", "none"], False, id="none"),
 ]
 # Past LevelDB's 4 MiB write buffer: a table file is written and synced mid-way, and a
 # new log begins, so the cut meets both.
