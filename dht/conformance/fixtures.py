@@ -13,10 +13,12 @@ from dht.conformance.launcher import Cluster, Node
 from dht.conformance.plugin import markers_of
 from dht.conformance.spec import TIER_DESCRIPTIONS, TIERS, load_rules
 from dht.testbed.netns import NetnsTestbed, netns_unavailable
+from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import free_ports
 
 ClusterFactory = Callable[..., Cluster]
 LinkedClusterFactory = Callable[[int], tuple[Cluster, NetnsTestbed]]
+PoweredClusterFactory = Callable[[int], tuple[Cluster, list[PowerLossMount]]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,6 +74,35 @@ def start_linked_cluster(tmp_path: Path) -> Iterator[LinkedClusterFactory]:
     for cluster, testbed in started:
         cluster.stop()
         testbed.stop()
+
+
+@pytest.fixture
+def start_powered_cluster(tmp_path: Path) -> Iterator[PoweredClusterFactory]:
+    """start_powered_cluster(size) -> (Cluster, mounts): each node's data folder is a
+    mount of the power-loss filesystem (dht/testbed/power_loss.py), `mounts[i]` node i's,
+    whose `power_cut()` drops what node i wrote and did not fsync. Skips, saying why,
+    where it cannot be mounted (not root, no FUSE). Nodes stop before their mounts go."""
+    reason = power_loss_unavailable()
+    if reason is not None:
+        pytest.skip(f"power loss needs each node's folder on the lazy filesystem: {reason}")
+    started: list[tuple[Cluster, list[PowerLossMount]]] = []
+
+    def start(size: int) -> tuple[Cluster, list[PowerLossMount]]:
+        root = tmp_path / f"powered-{len(started)}"
+        cluster = Cluster(root, size)
+        mounts: list[PowerLossMount] = []
+        started.append((cluster, mounts))
+        for index, node in enumerate(cluster):
+            # The node's folder is the mount itself; its log, beside it, is not on it.
+            log = root / f"filesystem-{index}.log"
+            mounts.append(mount(root / f"backing-{index}", node.data_dir, log))
+        return cluster.start(), mounts
+
+    yield start
+    for cluster, mounts in started:
+        cluster.stop()
+        for mounted in mounts:
+            mounted.unmount()
 
 
 def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:
