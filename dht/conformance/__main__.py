@@ -73,6 +73,10 @@ A > F); the report's first line says whether they all pass.
                else those rules are skipped with the reason); each scenario's
                history, fault timeline and plot go into the report
   convergence  a write a node missed reaches it after its restart, unasked
+  power        3 nodes, each node's folder on a filesystem that drops what was not
+               fsynced when the kit cuts its power: one node's power cut under load,
+               then every node's at once (needs root on Linux and FUSE, else skipped
+               with the reason); a store that acknowledges before fsync fails
   strict       stricter than the course, as dht keeps it: 1 MiB values, any key
                (non-ASCII, 10,000 characters, percent-encoded), malformed replicas
                and F beyond the cluster refused, ranges in UTF-8 byte order

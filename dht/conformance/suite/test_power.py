@@ -1,4 +1,4 @@
-"""SPEC.md section 18: power loss on a 3-node cluster at the default `replicas`. Each
+"""SPEC.md section 17: power loss on a 3-node cluster at the default `replicas`. Each
 node's folder is a mount of the power-loss filesystem (dht/testbed/power_loss.py): a
 node's power cut is `kill -9` and then the drop of all it wrote and did not fsync. The
 nodes know nothing of it. Each scenario is recorded and judged by its history, as
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.power
 KEYS = key_space(16)
 CLIENTS = 4
 MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
-# Said with a failure of rule 18.2: what such a failure means.
+# Said with a failure of rule 17.2: what such a failure means.
 ACKED_BEFORE_FSYNC = (
     "a store that acknowledges a write before it is fsynced loses it when every replica "
     "loses power at once"
@@ -68,7 +68,7 @@ def power_cut_scenario(
     return judged.failure(), dropped
 
 
-@rule("18.1")
+@rule("17.1")
 def test_no_acknowledged_write_is_lost_when_one_node_loses_power(
     start_powered_cluster: PoweredClusterFactory,
 ) -> None:
@@ -76,7 +76,7 @@ def test_no_acknowledged_write_is_lost_when_one_node_loses_power(
     assert not found, f"after one node's power cut ({dropped}): {found}"
 
 
-@rule("18.2")
+@rule("17.2")
 def test_no_acknowledged_write_is_lost_when_every_node_loses_power_at_once(
     start_powered_cluster: PoweredClusterFactory,
 ) -> None:
