@@ -255,36 +255,40 @@ def durability_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     with one per write (`--durability each`), in turn within each round (alternating
     order), pinned (one node each) and unpinned (three nodes at 2/3 each). Every data
     folder is on the same volume as the others (the system's temporary folder)."""
-    wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
+    pinned = ["taskset", "-c", str(GENERATOR_CORE)]
+    rows = durability_group(
+        "pinned", ONE_NODE, 1, SERVER_CORE, pinned, rounds, seconds, connections
+    )
+    rows += durability_group("unpinned", THREE_2_3, 3, None, [], rounds, seconds, connections)
+    return rows
+
+
+def durability_group(
+    pinning: str,
+    label: str,
+    size: int,
+    core: int | None,
+    wrk_prefix: list[str],
+    rounds: int,
+    seconds: float,
+    connections: int,
+) -> list[Row]:
+    """The bare server and `size`-node clusters at each durability, measured together."""
     none, each = ("--durability", "none"), ("--durability", "each")
     with (
-        bare_server(SERVER_CORE) as bare,
-        dht_cluster(1, SERVER_CORE) as group,
-        dht_cluster(1, SERVER_CORE, none) as unsynced,
-        dht_cluster(1, SERVER_CORE, each) as synced_each,
+        bare_server(core) as bare,
+        dht_cluster(size, core) as group,
+        dht_cluster(size, core, none) as unsynced,
+        dht_cluster(size, core, each) as synced_each,
     ):
         servers = [
             bare,
-            Server(ONE_NODE, *group),
-            Server(ONE_NODE + NO_SYNC, *unsynced),
-            Server(ONE_NODE + SYNC_EACH, *synced_each),
+            Server(label, *group),
+            Server(label + NO_SYNC, *unsynced),
+            Server(label + SYNC_EACH, *synced_each),
         ]
-        rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
-        print_syncs("pinned", servers[1:])
-    with (
-        bare_server(None) as bare,
-        dht_cluster(3, None) as group,
-        dht_cluster(3, None, none) as unsynced,
-        dht_cluster(3, None, each) as synced_each,
-    ):
-        servers = [
-            bare,
-            Server(THREE_2_3, *group),
-            Server(THREE_2_3 + NO_SYNC, *unsynced),
-            Server(THREE_2_3 + SYNC_EACH, *synced_each),
-        ]
-        rows += measure("unpinned", servers, rounds, seconds, connections, [], True, ("PUT",))
-        print_syncs("unpinned", servers[1:])
+        rows = measure(pinning, servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
+        print_syncs(pinning, servers[1:])
     return rows
 
 
