@@ -77,6 +77,9 @@ A > F); the report's first line says whether they all pass.
                fsynced when the kit cuts its power: one node's power cut under load,
                then every node's at once (needs root on Linux and FUSE, else skipped
                with the reason); a store that acknowledges before fsync fails
+  partition    3 nodes with clients through every node, the cut-off one included:
+               one node cut off both ways, a bridge, one-way cuts (the namespace
+               mode, as links: root on Linux, else skipped with the reason)
   strict       stricter than the course, as dht keeps it: 1 MiB values, any key
                (non-ASCII, 10,000 characters, percent-encoded), malformed replicas
                and F beyond the cluster refused, ranges in UTF-8 byte order

@@ -26,6 +26,8 @@ TIER_DESCRIPTIONS = {
     "strict": "SPEC.md section 16, stricter than the course: large values and keys, "
     "any key's encoding, UTF-8 order, replicas the course never sends",
     "power": "SPEC.md section 17, one node's and every node's power cut under load",
+    "partition": "SPEC.md section 18, partitions with clients on both sides: a node cut "
+    "off, a bridge, one-way cuts",
     "dht": "SPEC.md sections 6 to 13, dht's own rules",
 }
 TIERS = tuple(TIER_DESCRIPTIONS)
@@ -37,7 +39,7 @@ PART_ONE_TIERS = TIERS[:-1]
 COURSE_TIERS = ("core", "range", "replication")
 # Sections 1-5 of SPEC.md are the first tiers of part one, in this order; 14 to 16 came
 # later and are numbered after part two (6-13, dht's own).
-_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16, 17), PART_ONE_TIERS, strict=True))
+_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16, 17, 18), PART_ONE_TIERS, strict=True))
 # The package carries the spec it grades by (package data; in a clone, a link to the
 # repository's SPEC.md), so an installed kit needs no clone.
 SPEC_PATH = Path(__file__).resolve().parent / "SPEC.md"
