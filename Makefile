@@ -3,8 +3,9 @@
 # toxiproxy-server into .tools/bin with the Go toolchain and, where wrk is missing,
 # installs Debian's wrk as root (the load smoke tests drive it; as another user it
 # says which command to run), Chromium the same way for the dashboard's browser test
-# (skipped, not failed, where it cannot be installed), and fuse3 for the power-loss
-# filesystem's tests (skipped with the reason where FUSE cannot be mounted).
+# (skipped, not failed, where it cannot be installed), fuse3 for the power-loss
+# filesystem's tests (skipped with the reason where FUSE cannot be mounted), and
+# libfaketime for the clock tier (skipped, not failed, without it).
 
 PYTHON ?= python3
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -18,12 +19,12 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench)
 
-.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse lock clean
+.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse faketime lock clean
 
 run: $(STAMP)
 	$(PY) -m dht cluster
 
-test: $(STAMP) $(TOXIPROXY) wrk browser fuse lint
+test: $(STAMP) $(TOXIPROXY) wrk browser fuse faketime lint
 	$(PY) -m pytest
 	# Once more over TLS between nodes (DHT_TLS=1: a throwaway CA per test cluster):
 	# every chaos scenario with nodes in it, and the channel's live fuzz (the history
@@ -89,6 +90,17 @@ fuse:
 		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; } || \
 		echo "fuse3 not found, the power-loss tests will skip: sudo apt-get install fuse3" >&2
+
+# The clock tier (SPEC.md section 19) moves a node's wall clock with Debian's
+# libfaketime, preloaded into the node's process (dht/testbed/fake_clock.py finds it
+# wherever the distribution put it). Root installs it; anyone else gets one line saying
+# how, and the clock rules skip, with the reason, without failing the run.
+faketime:
+	@ls /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1 \
+		/usr/local/lib/faketime/libfaketime.so.1 2>/dev/null | grep -q . || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime faketime >/dev/null; } || \
+		echo "libfaketime not found, the clock tier's rules will be skipped: sudo apt-get install libfaketime" >&2
 
 $(VEGETA):
 	mkdir -p .tools/bin

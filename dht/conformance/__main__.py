@@ -83,8 +83,14 @@ A > F); the report's first line says whether they all pass.
   strict       stricter than the course, as dht keeps it: 1 MiB values, any key
                (non-ASCII, 10,000 characters, percent-encoded), malformed replicas
                and F beyond the cluster refused, ranges in UTF-8 byte order
+  clock        3 nodes, one node's wall clock 30 s behind, 30 s ahead, stepped back
+               10 s, strobing: a write acknowledged after another one must win.
+               The clock is moved from outside (libfaketime preloaded, Linux; a JVM
+               or Python node, not a Go one), else the rules are skipped with the
+               reason; each scenario's history and plot go into the report
 The report's second line says whether any acknowledged write was lost, read stale,
-undone or invented: under kill -9 (durability) or in any faults scenario's history.
+undone or invented: under kill -9 (durability) or in any faults or clock scenario's
+history.
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:
   python -m dht.conformance --tiers core,range \\

@@ -12,6 +12,8 @@ import pytest
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.plugin import markers_of
 from dht.conformance.spec import TIER_DESCRIPTIONS, TIERS, load_rules
+from dht.testbed import fake_clock
+from dht.testbed.fake_clock import FakeClock
 from dht.testbed.netns import NetnsTestbed, netns_unavailable
 from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import free_ports
@@ -19,6 +21,7 @@ from dht.testbed.toxiproxy import free_ports
 ClusterFactory = Callable[..., Cluster]
 LinkedClusterFactory = Callable[[int], tuple[Cluster, NetnsTestbed]]
 PoweredClusterFactory = Callable[[int], tuple[Cluster, list[PowerLossMount]]]
+ClockedClusterFactory = Callable[..., tuple[Cluster, FakeClock]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,6 +106,41 @@ def start_powered_cluster(tmp_path: Path) -> Iterator[PoweredClusterFactory]:
         cluster.stop()
         for mounted in mounts:
             mounted.unmount()
+
+
+@pytest.fixture
+def start_clocked_cluster(tmp_path: Path) -> Iterator[ClockedClusterFactory]:
+    """start_clocked_cluster(size, offsets=None) -> (Cluster, FakeClock): every node's
+    wall clock under a fake clock the test sets from outside (`FakeClock.set_offset`),
+    at `offsets` (seconds per node) from the start. Skips, saying why, where the fake
+    clock cannot be used on this machine or does not reach a node's processes (a Go or
+    static binary)."""
+    reason = fake_clock.unavailable()
+    if reason is not None:
+        pytest.skip(f"clock faults need a fake clock: {reason}")
+    started: list[Cluster] = []
+
+    def start(size: int, offsets: list[float] | None = None) -> tuple[Cluster, FakeClock]:
+        root = tmp_path / f"clocked-{len(started)}"
+        clock = FakeClock(root / "clocks", size)
+        cluster = Cluster(root, size)
+        started.append(cluster)
+        for index, member in enumerate(cluster):
+            member.env = clock.environment(index)
+            clock.set_offset(index, (offsets or [0.0] * size)[index])
+        cluster.start()
+        for index, member in enumerate(cluster):
+            assert member.process is not None
+            if (why := fake_clock.reach(member.process.pid)) is not None:
+                pytest.skip(f"the fake clock does not reach node {index + 1}: {why}")
+        return cluster, clock
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+        for member in cluster:
+            if member.process is not None:
+                fake_clock.release(member.process.pid)
 
 
 def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:

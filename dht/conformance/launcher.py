@@ -126,6 +126,8 @@ class Node:
     log_path: Path | None = None
     # What runs the command elsewhere: a network namespace's `nsenter ...` (NetnsTestbed).
     prefix: list[str] = field(default_factory=list)
+    # Added to the process's environment: a fake clock's preload (FakeClock.environment).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -151,6 +153,7 @@ class Node:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=os.environ.get(NODE_CWD_ENV),
+                env=os.environ | self.env if self.env else None,
                 # A node in a namespace would keep it alive past a harness that crashed.
                 preexec_fn=die_with_parent() if self.prefix else None,
             )

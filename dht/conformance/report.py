@@ -207,7 +207,10 @@ def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
     kill_tests = [r for r in results if KILL_RULE in r.rules and r.outcome != "not run"]
     graded = [run for run in runs if scenario_of(run) not in SHOWN_NOT_GRADED and run.counts]
     if not any(map(judging, kill_tests)) and not graded:
-        return f"{head} Not judged: the durability and faults tiers judge it, and ran no rule."
+        return (
+            f"{head} Not judged: the durability tier and the fault tiers (faults, power, "
+            "partition, clock) judge it, and ran no rule."
+        )
     found = {kind: sum(run.counts.get(kind, 0) for run in graded) for kind in DATA_FAULTS}
     kill_failures = [r for r in kill_tests if failed(r)]
     parts = []

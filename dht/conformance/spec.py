@@ -4,7 +4,7 @@ test, in the report and in the spec can never drift apart.
 
 A rule is a list item that opens with its anchor and number,
 `- <a id="rule-3.5"></a>**3.5** Quorums that overlap ...`; its section is the number
-before the dot; sections 1 to 5 and 14 to 16 are the tiers of part one, every other one
+before the dot; sections 1 to 5 and 14 on are the tiers of part one, every other one
 `dht`.
 """
 
@@ -28,6 +28,8 @@ TIER_DESCRIPTIONS = {
     "power": "SPEC.md section 17, one node's and every node's power cut under load",
     "partition": "SPEC.md section 18, partitions with clients on both sides: a node cut "
     "off, a bridge, one-way cuts",
+    "clock": "SPEC.md section 19, one node's wall clock behind, ahead, stepped back, "
+    "strobing: the later acknowledged write wins",
     "dht": "SPEC.md sections 6 to 13, dht's own rules",
 }
 TIERS = tuple(TIER_DESCRIPTIONS)
@@ -37,9 +39,9 @@ PART_ONE_TIERS = TIERS[:-1]
 # The tiers that ask exactly what the course's own tests ask: the course's contract,
 # which the report's first line judges.
 COURSE_TIERS = ("core", "range", "replication")
-# Sections 1-5 of SPEC.md are the first tiers of part one, in this order; 14 to 16 came
+# Sections 1-5 of SPEC.md are the first tiers of part one, in this order; from 14 on came
 # later and are numbered after part two (6-13, dht's own).
-_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16, 17, 18), PART_ONE_TIERS, strict=True))
+_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16, 17, 18, 19), PART_ONE_TIERS, strict=True))
 # The package carries the spec it grades by (package data; in a clone, a link to the
 # repository's SPEC.md), so an installed kit needs no clone.
 SPEC_PATH = Path(__file__).resolve().parent / "SPEC.md"
