@@ -90,8 +90,10 @@ class AntiEntropy:
         self.stats = {url: ExchangeStats() for url in trees.leaves}
         self._task = OwnedTask("anti-entropy", self._run)
         # Read before any write can reach the trees: a write that lands after this
-        # snapshot is counted once by `change` and once (as what it replaced) here.
-        self._stored_digests = storage.digests()
+        # snapshot is counted once by `change` and once (as what it replaced) here; the
+        # batch in the writer thread now counts as it was before it, whether or not
+        # LevelDB's snapshot holds it already (`landed_digests`).
+        self._stored_digests = storage.landed_digests()
 
     def start(self) -> None:
         self._task.start()

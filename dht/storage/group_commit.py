@@ -86,6 +86,13 @@ class GroupCommit:
     def holds(self, key: bytes) -> bool:
         return key in self._pending
 
+    def in_flight(self) -> dict[bytes, Digest | None]:
+        """For each record the batch in the writer thread changes, its digest entry
+        before that batch: what the trees hold for it until the batch lands (the thread
+        may have written it already: LevelDB shows it, the trees hear of it only then)."""
+        batch = self._in_flight
+        return {} if batch is None else {key: c.old for key, c in batch.changes.items()}
+
     def queue(
         self,
         operations: Sequence[Operation],

@@ -146,6 +146,18 @@ def _digest_entries(iterator: Any) -> Iterator[tuple[bytes, Digest]]:
         iterator.close()
 
 
+def _as_before(
+    entries: Iterator[tuple[bytes, Digest]], before: dict[bytes, Digest | None]
+) -> Iterator[tuple[bytes, Digest]]:
+    """`entries`, but each key of `before` with the entry it gives (none for None)."""
+    for key, entry in entries:
+        if key not in before:
+            yield key, entry
+    for key, old in before.items():
+        if old is not None:
+            yield key, old
+
+
 def _reason(exc: BaseException) -> str:
     message = exc.args[0] if exc.args else exc
     return message.decode(errors="replace") if isinstance(message, bytes) else str(message)
@@ -374,6 +386,17 @@ class Storage:
         at this call: LevelDB's iterator, created here, reads a snapshot taken now."""
         prefix = DIGESTS_PREFIX + (b"" if leaf is None else leaf.to_bytes(2, "big"))
         return _digest_entries(self._db.iterator(prefix=prefix, fill_cache=False))
+
+    def landed_digests(self) -> Iterator[tuple[bytes, Digest]]:
+        """Every digest entry as the trees know them, for trees built now and told of
+        every change from now on (`on_change` set with no await after this call): the
+        batch in the writer thread counts as it was before it, since the trees hear of
+        it when it lands. LevelDB's snapshot, taken now, may or may not hold it already
+        (found by review: trees built at a membership step counted such a batch twice,
+        and differed from every peer's for good)."""
+        before = self._queue.in_flight()
+        entries = self.digests()
+        return entries if not before else _as_before(entries, before)
 
     async def writes_landed(self) -> None:
         """Until every write now queued has landed: their digest entries say they

@@ -1,0 +1,96 @@
+"""Review of the group commit (issue 40): races between the writer thread's batches and
+what the loop builds from the disk, and batches that fail, with real LevelDB in a
+temporary folder and the batch write wrapped (never LevelDB itself faked)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dht.model.merkle import MerkleTrees
+from dht.model.record import Record
+from dht.model.ring import Ring
+from dht.storage.disk import DiskFull
+from dht.storage.store import Storage
+
+NODES = ["http://a:1", "http://b:2", "http://c:3"]
+NO_SPACE = "IO error: leveldb/000005.log: No space left on device"
+
+
+@pytest.fixture
+async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
+    storage = Storage(tmp_path)
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def written(result: bool | asyncio.Future[bool]) -> asyncio.Future[bool]:
+    assert isinstance(result, asyncio.Future), "a group-committed write answers later"
+    return result
+
+
+async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Storage) -> None:
+    """A membership step builds fresh trees (`Node._repair_loops`): a snapshot of the
+    digest index, then `on_change` hooked, in one loop turn. A batch the writer thread
+    has written but whose landing the loop has not run yet is in the snapshot, and its
+    change reaches the trees again when it lands: counted twice, the tree of each peer
+    sharing the key differs from the disk's for good."""
+    ring = Ring(NODES, 8)
+    assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
+    on_disk = threading.Event()
+    write = storage._queue._write
+
+    def write_then_tell(*args: Any) -> None:
+        write(*args)
+        on_disk.set()
+
+    storage._queue._write = write_then_tell
+    landing = written(storage.write(b"k", Record.live(2, b"two")))
+    await asyncio.sleep(0)  # flushed: in the writer thread
+    assert on_disk.wait(5)  # written and synced; the loop has not run its landing yet
+    trees = MerkleTrees(ring, NODES[0])
+    snapshot = storage.landed_digests()  # what AntiEntropy reads for the trees
+    storage.on_change = trees.change  # hooked in the same turn, as the node does
+    assert await landing is True
+    trees.load(snapshot)
+    fresh = MerkleTrees(ring, NODES[0])
+    fresh.load(storage.digests())
+    assert trees.leaves == fresh.leaves
+
+
+async def test_trees_built_while_a_batch_fails_agree_with_the_disk(storage: Storage) -> None:
+    ring = Ring(NODES, 8)
+    assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
+    write = storage._queue._write
+    release = threading.Event()
+    failed_once: list[bool] = []
+
+    def full_once(*args: Any) -> None:
+        if failed_once:
+            return write(*args)
+        failed_once.append(True)
+        release.wait(5)
+        raise DiskFull(NO_SPACE)
+
+    storage._queue._write = full_once
+    failing = written(storage.write(b"k", Record.live(2, b"two")))
+    await asyncio.sleep(0)
+    trees = MerkleTrees(ring, NODES[0])
+    snapshot = storage.landed_digests()
+    storage.on_change = trees.change
+    later = written(storage.write(b"k", Record.live(3, b"three")))
+    release.set()
+    with pytest.raises(DiskFull):
+        await failing
+    assert await later is True
+    trees.load(snapshot)
+    fresh = MerkleTrees(ring, NODES[0])
+    fresh.load(storage.digests())
+    assert trees.leaves == fresh.leaves
