@@ -327,7 +327,9 @@ class Storage:
         queued = self._queue.pending(stored_key)
         prepared = self._prepared(key, record, queued)
         if prepared is None:
-            return False if queued is None else self._queue.after(queued[1], False)
+            if queued is None or queued[0] is None:
+                return False  # it lost to what is on the disk
+            return self._queue.after(queued[1], False)
         data, old, new = prepared
         operations = [(stored_key, data), (digest_key(key), pack_digest(new))]
         written = self._queue.queue(operations, (key, old, new))
@@ -344,18 +346,25 @@ class Storage:
 
         The stored version is read from the digest entry (25 bytes), not the record: the
         stored value is read only when the versions tie, where last-write-wins looks at
-        the rest of the record."""
-        if queued is None:
-            old = self.digest(key)
+        the rest of the record.
+
+        A removal queued (collection, handoff) is decided against as the record it
+        removes, still on the disk: its batch may fail and leave that record, which an
+        older write must not replace (found by review: a tombstone whose collection
+        failed was overwritten by the older value it had deleted). The trees are told
+        the change from the queued state (`old`: None), which a failed batch corrects."""
+        if queued is None or queued[0] is None:
+            against = self.digest(key)
         else:
             entry = self._queue.pending(digest_key(key))
-            old = None if entry is None or entry[0] is None else unpack_digest(entry[0])
-        if old is not None:
-            if record.version <= old.version and (
-                record.version < old.version or not record.supersedes(self._newest(key, queued))
+            against = None if entry is None or entry[0] is None else unpack_digest(entry[0])
+        old = None if queued is not None and queued[0] is None else against
+        if against is not None:
+            if record.version <= against.version and (
+                record.version < against.version or not record.supersedes(self._newest(key, queued))
             ):
                 return None
-            if (copies := wider_copies(record.copies, old.copies)) != record.copies:
+            if (copies := wider_copies(record.copies, against.copies)) != record.copies:
                 record = dataclasses.replace(record, copies=copies)
         data = encode(record)
         self.disk.admit(len(key) + len(data))
@@ -363,9 +372,9 @@ class Storage:
         return data, old, new
 
     def _newest(self, key: bytes, queued: tuple[bytes | None, Batch] | None) -> Record | None:
-        if queued is None:
+        if queued is None or queued[0] is None:
             return self.get(key)
-        return None if queued[0] is None else decode(queued[0])
+        return decode(queued[0])
 
     def _write_batch(
         self, puts: list[tuple[bytes, bytes]], deletes: list[bytes], sync: bool

@@ -94,3 +94,92 @@ async def test_trees_built_while_a_batch_fails_agree_with_the_disk(storage: Stor
     fresh = MerkleTrees(ring, NODES[0])
     fresh.load(storage.digests())
     assert trees.leaves == fresh.leaves
+
+
+def trees_of(storage: Storage) -> MerkleTrees:
+    trees = MerkleTrees(Ring(NODES, 8), NODES[0])
+    trees.load(storage.digests())
+    return trees
+
+
+async def test_a_failed_collection_leaves_no_older_write_over_its_tombstone(
+    storage: Storage,
+) -> None:
+    """Collection queues the removal of a tombstone; a write of the key decided against
+    the queued removal saw no record at all, so one older than the tombstone was taken.
+    When the removal's batch then failed (the volume full), the tombstone was still on
+    the disk and the older live value was written over it: last-write-wins reversed, the
+    deleted value back."""
+    tombstone = Record.deleted(10)
+    assert await written(storage.write(b"k", tombstone)) is True
+    trees = trees_of(storage)
+    storage.on_change = trees.change
+    write = storage._queue._write
+    release = threading.Event()
+    failed_once: list[bool] = []
+
+    def full_once(*args: Any) -> None:
+        if failed_once:
+            return write(*args)
+        failed_once.append(True)
+        release.wait(5)
+        raise DiskFull(NO_SPACE)
+
+    storage._queue._write = full_once
+    assert storage.collect(b"k", tombstone) is True  # its removal is queued
+    await asyncio.sleep(0)  # in flight
+    assert storage.write(b"k", Record.live(5, b"deleted value")) is False
+    release.set()
+    await storage.drain()
+    assert storage.get(b"k") == tombstone
+    assert trees.leaves == trees_of(storage).leaves
+
+
+async def test_a_write_during_a_queued_collection_is_decided_against_what_it_removes(
+    storage: Storage,
+) -> None:
+    tombstone = Record.deleted(10)
+    assert await written(storage.write(b"k", tombstone)) is True
+    trees = trees_of(storage)
+    storage.on_change = trees.change
+    assert storage.collect(b"k", tombstone) is True
+    assert storage.write(b"k", Record.live(5, b"older")) is False
+    await storage.drain()
+    assert storage.get(b"k") is None  # collected: the older write lost to the tombstone
+    newer = Record.live(12, b"newer")
+    assert await written(storage.write(b"k", Record.deleted(11))) is True
+    assert storage.collect(b"k", Record.deleted(11)) is True
+    await asyncio.sleep(0)  # the removal in flight, the newer write after it
+    assert await written(storage.write(b"k", newer)) is True
+    await storage.drain()
+    assert storage.get(b"k") == newer
+    assert trees.leaves == trees_of(storage).leaves
+
+
+async def test_a_newer_write_after_a_failed_collection_replaces_the_tombstone(
+    storage: Storage,
+) -> None:
+    tombstone = Record.deleted(10, copies=3)
+    assert await written(storage.write(b"k", tombstone)) is True
+    trees = trees_of(storage)
+    storage.on_change = trees.change
+    write = storage._queue._write
+    release = threading.Event()
+    failed_once: list[bool] = []
+
+    def full_once(*args: Any) -> None:
+        if failed_once:
+            return write(*args)
+        failed_once.append(True)
+        release.wait(5)
+        raise DiskFull(NO_SPACE)
+
+    storage._queue._write = full_once
+    assert storage.collect(b"k", tombstone) is True
+    await asyncio.sleep(0)
+    newer = written(storage.write(b"k", Record.live(12, b"newer", copies=2)))
+    release.set()
+    assert await newer is True
+    stored = storage.get(b"k")
+    assert stored is not None and stored.value == b"newer" and stored.copies == 3
+    assert trees.leaves == trees_of(storage).leaves
