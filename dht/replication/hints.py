@@ -168,6 +168,11 @@ class HintStore:
 
     def _remove(self, stored_key: bytes) -> None:
         self._db.delete(stored_key)
+        if stored_key not in self._index:
+            # On the disk but not in the index: an earlier removal's batch failed (the
+            # volume full, group commit), and the hint was delivered again (found by
+            # review: a KeyError here stopped every later delivery to its target).
+            return
         _, size = self._index.pop(stored_key)
         self._bytes -= size
         target = stored_key.partition(_SEPARATOR)[0].decode()

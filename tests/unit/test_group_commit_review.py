@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import plyvel
 import pytest
 
 from dht.model.merkle import MerkleTrees
@@ -183,3 +184,35 @@ async def test_a_newer_write_after_a_failed_collection_replaces_the_tombstone(
     stored = storage.get(b"k")
     assert stored is not None and stored.value == b"newer" and stored.copies == 3
     assert trees.leaves == trees_of(storage).leaves
+
+
+async def test_a_hint_whose_removal_failed_is_delivered_again_and_removed(
+    tmp_path: Path,
+) -> None:
+    """A delivered hint's removal is queued; if its batch fails, the hint is still on the
+    disk but gone from the store's index. Delivered again, `delivered` must remove it,
+    not raise KeyError (which stops the delivery to that target every round)."""
+    from dht.replication.hints import HintStore
+
+    storage = Storage(tmp_path)
+    try:
+        hints = HintStore(storage.hints, storage.disk, 1 << 20, 3600.0, lambda: 1_000)
+        hints.add("http://b:2", b"k", Record.live(1, b"v"))
+        await storage.drain()
+        (hint,) = hints.for_target("http://b:2", 10)
+        write = storage._queue._write
+
+        def full(*args: Any) -> None:
+            raise plyvel.IOError(NO_SPACE)
+
+        storage._queue._write = full
+        hints.delivered(hint)  # its removal queued, and its batch fails
+        await storage.drain()
+        storage._queue._write = write
+        (again,) = hints.for_target("http://b:2", 10)  # still on the disk
+        hints.delivered(again)
+        await storage.drain()
+        assert list(hints.for_target("http://b:2", 10)) == []
+        assert hints.pending["http://b:2"] == 0
+    finally:
+        storage.close()
