@@ -14,6 +14,7 @@ write costs no system call, and writes resume by themselves as soon as space is 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -26,6 +27,28 @@ RESUME_MARGIN = 1 * MiB
 
 class DiskFull(Exception):
     """A write refused because the volume is below the node's free-space reserve."""
+
+
+def replace_durably(path: Path, data: bytes) -> None:
+    """Replaces `path` with `data`, durably: a crash or a power cut leaves the old file or
+    the new one, never a mix (write a temporary file, fsync it, rename it, fsync the
+    folder). A volume with no room left raises DiskFull."""
+    temporary = path.with_suffix(".tmp")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"no room to save {path.name}: {exc.strerror}") from None
+        raise
 
 
 def free_bytes(path: Path) -> int:

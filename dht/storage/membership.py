@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from dht.model.topology import JOINT, STABLE, Topology, TopologyState
+from dht.storage.disk import replace_durably
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +103,4 @@ def save_state(path: Path, state: TopologyState) -> None:
 def save_json(path: Path, data: Any) -> None:
     """Replaces `path` with `data` as JSON, durably: a crash leaves the old file or the
     new one, never a mix."""
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "wb") as file:
-        file.write(json.dumps(data).encode())
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_durably(path, json.dumps(data).encode())

@@ -1,43 +1,73 @@
-"""A volume with not a byte left makes LevelDB itself fail a write (the reserve is
-measured, not guaranteed: a compaction can take the last bytes). Every write of the
-storage then says DiskFull, the clock's ceiling included, so the node answers 507,
-never a 500 (a full-volume run of tests/spec/test_dht_disk_full.py once got
-`500 Internal Server Error: IOError` from the ceiling's save)."""
+"""A volume with not a byte left fails a write whatever the reserve said (the reserve is
+measured, not guaranteed: a compaction can take the last bytes). The clock's ceiling
+then says DiskFull too, so the node answers 507, never a 500 (a full-volume run of
+tests/spec/test_dht_disk_full.py once got `500 Internal Server Error: IOError` from the
+ceiling's save). The ceiling lives in a file of its own, apart from LevelDB."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
-import plyvel
 import pytest
 
 from dht.storage.disk import DiskFull
-from dht.storage.store import Storage
-
-NO_SPACE = "IO error: leveldb/000005.log: No space left on device"
+from dht.storage.store import CEILING_FILE, CLOCK_CEILING, Storage
 
 
-class FullVolume:
-    """A LevelDB handle whose every write fails as a full volume makes it fail."""
+class NoWrites:
+    """A LevelDB handle that refuses writes: LevelDB lets one writer in at a time, so a
+    write here would wait for the writer thread's whole batch and its fsync."""
 
     def __init__(self, db: Any) -> None:
         self._db = db
 
     def put(self, *args: Any, **kwargs: Any) -> None:
-        raise plyvel.IOError(NO_SPACE)
+        raise AssertionError("the clock's ceiling went through LevelDB")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
 
 
-def test_the_clock_ceiling_on_a_full_volume_is_disk_full(tmp_path: Path) -> None:
+def test_the_clock_ceiling_on_a_full_volume_is_disk_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage = Storage(tmp_path)
-    real = storage._db
-    storage._db = FullVolume(real)
+    storage.save_clock_ceiling(100)
+
+    def no_room(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_room)
     try:
         with pytest.raises(DiskFull, match="No space left"):
             storage.save_clock_ceiling(12345)
     finally:
+        monkeypatch.undo()
+        assert storage.clock_ceiling() == 100  # the ceiling saved before still holds
+        storage.close()
+
+
+def test_the_clock_ceiling_is_saved_apart_from_leveldb_and_read_from_older_folders(
+    tmp_path: Path,
+) -> None:
+    """Saved in a file of its own, so a synced save never waits for LevelDB's writer;
+    a folder from before the file keeps the ceiling LevelDB holds."""
+    storage = Storage(tmp_path)
+    real = storage._db
+    real.put(CLOCK_CEILING, (500).to_bytes(8, "big"), sync=True)
+    assert storage.clock_ceiling() == 500
+    storage._db = NoWrites(real)  # LevelDB's writer may be in a batch's fsync
+    try:
+        storage.save_clock_ceiling(900)
+    finally:
         storage._db = real
         storage.close()
+    assert (tmp_path / CEILING_FILE).read_bytes() == (900).to_bytes(8, "big")
+    again = Storage(tmp_path)
+    try:
+        assert again.clock_ceiling() == 900
+    finally:
+        again.close()
