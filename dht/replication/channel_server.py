@@ -1,9 +1,11 @@
 """The replica channel's server end: this node answering its peers' record calls
 (`dht.replication.channel` is the client end).
 
-`ServerConnection` answers calls synchronously from storage (a LevelDB point operation
+`ServerConnection` answers reads synchronously from storage (a LevelDB point operation
 each), so a batch of requests that arrived together is answered in one write, with no
-task per call. When the client stops reading, the server stops reading from it too.
+task per call; a write is answered once storage has it on the disk (group commit), and a
+peer that half-closes still gets every answer. When the client stops reading, the server
+stops reading from it too.
 Until its handshake is done a connection is a stranger's: it may send one small HELLO,
 then one PROOF of the cluster secret (`dht.replication.proof`) and nothing else, within a
 deadline (`dht.replication.handshakes`).
@@ -117,6 +119,8 @@ class ServerConnection(Connection):
         self._hello: Hello | None = None
         self._server_nonce = b""
         self.peer = "?"
+        self._writes_landing = 0  # writes answered once storage has synced them
+        self._half_closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -133,6 +137,25 @@ class ServerConnection(Connection):
         if self._handshakes is not None:
             self._handshakes.end(self)
         self.codec.release_partials()
+
+    def eof_received(self) -> bool:
+        """A peer that half-closes (its side of TCP done sending) still gets every
+        answer: the connection stays open while writes are landing in storage or large
+        answers are still queued, and `flush` closes it once none is."""
+        self._half_closed = True
+        return bool(self._writes_landing or self.has_unsent())
+
+    def flush(self) -> None:
+        super().flush()
+        transport = self.transport
+        if (
+            self._half_closed
+            and not self._writes_landing
+            and not self.has_unsent()
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            transport.close()  # after what the transport holds is written
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -210,8 +233,8 @@ class ServerConnection(Connection):
             self.transport.close()  # after the REFUSED frame is written
 
     def _put(self, event: PutRecord, held: int) -> bool:
-        """Answers a write; True when it will be answered later (a large value, written
-        in storage's thread, is answered when it lands)."""
+        """Answers a write; True when it will be answered later, once storage has it
+        on the disk (group commit), or in its thread (a large value)."""
         try:
             stored = self._service.rpc_put(event.key, event.record)
         except ReplicaRefusal as refusal:
@@ -220,10 +243,12 @@ class ServerConnection(Connection):
         if isinstance(stored, bool):
             self.send(Stored(event.call_id, stored))
             return False
+        self._writes_landing += 1
         stored.add_done_callback(functools.partial(self._stored_later, event.call_id, held))
         return True
 
     def _stored_later(self, call_id: int, held: int, stored: asyncio.Future[bool]) -> None:
+        self._writes_landing -= 1
         if held and self._budget is not None:
             self._budget.release(held)
         if self.closed or stored.cancelled():

@@ -93,6 +93,10 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self.flush)
         return True
 
+    def has_unsent(self) -> bool:
+        """Whether queued frames have not all been handed to the transport yet."""
+        return bool(self._urgent or self._bulk)
+
     def flush(self) -> None:
         self._flush_scheduled = False
         transport = self.transport

@@ -51,6 +51,7 @@ from dht.replication.messages import (
     PROTOCOL_VERSION,
     Challenge,
     Event,
+    GetRecord,
     Proof,
     ProtocolError,
     PutRecord,
@@ -365,3 +366,22 @@ def test_a_true_peers_malformed_large_put_gives_its_bytes_back(
     exchange([connection])
     assert "unknown record format" in node.log_tail()
     assert wait_for(lambda: bytes_in_flight(node), lambda held: held == 0, BUDGET_DEADLINE) == 0
+
+
+def test_a_true_peer_that_half_closes_gets_the_answer_to_its_last_write(
+    start_cluster: ClusterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the fuzzing found once writes were answered when their batch is synced
+    (group commit): GET, PUT, GET sent together, then the peer's TCP half-close. The
+    node answered both reads at once, then closed on the half-close before the write's
+    batch had landed, and the PUT got no answer."""
+    monkeypatch.delenv(TLS_ENV, raising=False)  # a half-close is TCP's, not TLS's
+    node = start_cluster(1, [*NODE_FLAGS, "--secret", SECRET])[0]
+    record = Record.live(version_at(wall_clock_ms()), b"")
+    calls = [GetRecord(1, b"peer/0"), PutRecord(2, b"peer/0", record), GetRecord(3, b"peer/0")]
+    sock, codec = authenticated_channel(node)
+    connection = Connection.opened(sock, tuple(b"".join(frames_of(call)) for call in calls))
+    exchange([connection])
+    answers = events_in(bytes(connection.received), codec)
+    assert sorted(answer.call_id for answer in answers) == [1, 2, 3], answers
+    assert Stored(2, True) in answers, answers
