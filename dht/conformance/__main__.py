@@ -80,6 +80,8 @@ A > F); the report's first line says whether they all pass.
   partition    3 nodes with clients through every node, the cut-off one included:
                one node cut off both ways, a bridge, one-way cuts (the namespace
                mode, as links: root on Linux, else skipped with the reason)
+  disk         3 nodes, each on a 256 MiB volume of its own: one filled to the last
+               byte under load, then freed (root on Linux, else skipped)
   strict       stricter than the course, as dht keeps it: 1 MiB values, any key
                (non-ASCII, 10,000 characters, percent-encoded), malformed replicas
                and F beyond the cluster refused, ranges in UTF-8 byte order

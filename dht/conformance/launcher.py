@@ -83,6 +83,11 @@ DEFAULT_COMMAND = (
 )
 
 
+def node_workdir() -> Path:
+    """The folder a node command runs in (NODE_CWD_ENV, else this process's)."""
+    return Path(os.environ.get(NODE_CWD_ENV) or os.getcwd())
+
+
 def node_command_template() -> str:
     return os.environ.get("DHT_NODE_COMMAND", DEFAULT_COMMAND)
 
@@ -152,7 +157,7 @@ class Node:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=os.environ.get(NODE_CWD_ENV),
+                cwd=node_workdir(),
                 env=os.environ | self.env if self.env else None,
                 # A node in a namespace would keep it alive past a harness that crashed.
                 preexec_fn=die_with_parent() if self.prefix else None,

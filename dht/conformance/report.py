@@ -209,7 +209,7 @@ def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
     if not any(map(judging, kill_tests)) and not graded:
         return (
             f"{head} Not judged: the durability tier and the fault tiers (faults, power, "
-            "partition, clock) judge it, and ran no rule."
+            "partition, clock, disk) judge it, and ran no rule."
         )
     found = {kind: sum(run.counts.get(kind, 0) for run in graded) for kind in DATA_FAULTS}
     kill_failures = [r for r in kill_tests if failed(r)]

@@ -38,7 +38,8 @@ import plyvel
 from dht.config import Durability
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
-from dht.storage.disk import DiskFull, DiskSpace, replace_durably
+from dht.storage.ceiling_file import CeilingFile
+from dht.storage.disk import DiskFull, DiskSpace
 from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class Storage:
     ) -> None:
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
         self._db = open_leveldb(data_dir)
-        self._ceiling_path = data_dir / CEILING_FILE
+        self._ceiling = CeilingFile(data_dir / CEILING_FILE)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self._nonces = self._db.prefixed_db(NONCES_PREFIX)
         self.disk = DiskSpace(data_dir, disk_reserve)
@@ -220,6 +221,7 @@ class Storage:
         self._writer.shutdown(wait=True)
         self._compactor.shutdown(wait=True)
         if self._db.closed:
+            self._ceiling.close()
             return
         try:
             self._queue.write_remaining()
@@ -227,6 +229,7 @@ class Storage:
             log.warning("closing: the writes still queued are lost: %s", exc)
         finally:
             self._db.close()
+            self._ceiling.close()
 
     def status(self) -> dict[str, Any]:
         """`--durability`, the syncs of writes made (batches of the group commit, or
@@ -246,10 +249,9 @@ class Storage:
         LevelDB's entry); in a folder where it never saved one, the newest version
         stored, read from the digest index (a node that only coordinated a write, or only
         forwarded it, has no trace of its version: that is what the ceiling is for)."""
-        try:
-            return int.from_bytes(self._ceiling_path.read_bytes(), "big")
-        except FileNotFoundError:
-            pass
+        saved = self._ceiling.read()
+        if saved is not None:
+            return saved
         data = self._db.get(CLOCK_CEILING)
         if data is not None:
             return int.from_bytes(data, "big")
@@ -260,10 +262,11 @@ class Storage:
         used only after this returns (at most once a second of clock time, `HybridClock`).
         A file of its own, not LevelDB: LevelDB lets one writer in at a time, so a synced
         put here would wait for the whole batch in the writer thread (289 ms behind
-        16 values of 8 MiB, measured) and stop the loop meanwhile. Not held to the disk
-        reserve: it is 8 bytes, and refusing it would refuse every write. Raises DiskFull
-        when the volume has not a byte left."""
-        replace_durably(self._ceiling_path, ceiling.to_bytes(8, "big"))
+        16 values of 8 MiB, measured) and stop the loop meanwhile. Overwritten in place
+        (`CeilingFile`), so a volume with not a byte left still saves it and the node
+        still reads; not held to the disk reserve. Raises DiskFull only when the file
+        cannot be made."""
+        self._ceiling.save(ceiling)
 
     # -- the nonces of internal requests taken (dht.replication.proof.NonceStore) ----------
 
