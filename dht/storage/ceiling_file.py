@@ -19,9 +19,12 @@ import struct
 import zlib
 from pathlib import Path
 
-from dht.storage.disk import DiskFull
+from dht.storage.disk import DiskFull, replace_durably
 
 _SLOT = struct.Struct(">QI4x")  # the ceiling, the CRC-32 of its 8 bytes, padding
+# The file of the commit before the slots: the ceiling alone, 8 bytes big-endian, always
+# replaced whole (a temporary file renamed over it), so never torn.
+_LEGACY_SIZE = 8
 
 
 def _slot(ceiling: int) -> bytes:
@@ -49,6 +52,8 @@ class CeilingFile:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        if len(data) == _LEGACY_SIZE:  # the format before the slots, replaced whole
+            return int.from_bytes(data, "big")
         slots = [
             _valid(data[start : start + _SLOT.size])
             for start in range(0, len(data) - _SLOT.size + 1, _SLOT.size)
@@ -59,9 +64,11 @@ class CeilingFile:
     def save(self, ceiling: int) -> None:
         """Durable when it returns: the slot written and synced."""
         try:
-            fd = self._open()
-            os.pwrite(fd, _slot(ceiling), self._next_slot * _SLOT.size)
-            os.fdatasync(fd)
+            if self._fd is None and self._open(ceiling):
+                return  # made, with the ceiling in both slots
+            assert self._fd is not None
+            os.pwrite(self._fd, _slot(ceiling), self._next_slot * _SLOT.size)
+            os.fdatasync(self._fd)
         except OSError as exc:
             raise _disk_full_or(exc) from None
         self._next_slot = 1 - self._next_slot
@@ -71,31 +78,51 @@ class CeilingFile:
             os.close(self._fd)
             self._fd = None
 
-    def _open(self) -> int:
-        """The file, made with both slots the first time (synced, and its folder too, so
-        that later saves only overwrite); the slot written next is the older one."""
-        if self._fd is not None:
-            return self._fd
+    def _open(self, ceiling: int) -> bool:
+        """Opens the file, the slot written next the older one; True when it had to be
+        made first, with `ceiling` (or the higher ceiling an older file held) in both
+        slots. It is made whole or not at all (a temporary file, synced, renamed over,
+        the folder synced; `replace_durably`): a file made in place and cut short by a
+        crash would say a ceiling of its own (zeros), and the clock would start from
+        it rather than from the ceiling the folder had before (LevelDB's entry, or the
+        newest version stored). Later saves only overwrite."""
         saved = self.read()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if saved is None or os.fstat(fd).st_size < 2 * _SLOT.size:
-                os.pwrite(fd, _slot(saved or 0) * 2, 0)
-                os.fsync(fd)
-                folder = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(folder)
-                finally:
-                    os.close(folder)
-            else:
-                data = os.pread(fd, 2 * _SLOT.size, 0)
-                first, second = _valid(data[: _SLOT.size]), _valid(data[_SLOT.size :])
-                self._next_slot = 0 if (first or -1) <= (second or -1) else 1
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        return fd
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                data = os.pread(fd, 2 * _SLOT.size + 1, 0)
+                if len(data) == 2 * _SLOT.size and saved is not None:
+                    # Its name synced too: a making whose folder's sync failed (EIO) is
+                    # not trusted by a save that follows it.
+                    _sync_folder(self.path.parent)
+                    first, second = _valid(data[: _SLOT.size]), _valid(data[_SLOT.size :])
+                    self._next_slot = 0 if _older_or_same(first, second) else 1
+                    self._fd = fd
+                    return False
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # the format before the slots, or torn: made again
+        replace_durably(self.path, _slot(max(saved or 0, ceiling)) * 2)
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._next_slot = 0
+        return True
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _older_or_same(first: int | None, second: int | None) -> bool:
+    """Whether the first slot is to be overwritten: it is invalid, or not newer."""
+    return first is None or (second is not None and first <= second)
 
 
 def _disk_full_or(exc: OSError) -> Exception:
