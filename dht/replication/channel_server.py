@@ -147,6 +147,11 @@ class ServerConnection(Connection):
 
     def flush(self) -> None:
         super().flush()
+        self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        """Closes a half-closed connection once no write is landing and nothing is
+        queued."""
         transport = self.transport
         if (
             self._half_closed
@@ -251,7 +256,10 @@ class ServerConnection(Connection):
         self._writes_landing -= 1
         if held and self._budget is not None:
             self._budget.release(held)
-        if self.closed or stored.cancelled():
+        if self.closed:
+            return
+        if stored.cancelled():  # no answer, so no flush: a half-closed peer is done with
+            self._close_if_answered()
             return
         error = stored.exception()
         if error is None:
