@@ -30,7 +30,6 @@ from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.peers import Peer, Peers
 from dht.replication.protocol import MESSAGE_OVERHEAD
 from dht.replication.tls import load_contexts
-from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.web.admission import BodyPace, ByteBudget, keep_large_buffers_out_of_the_heap
@@ -367,10 +366,8 @@ class Node:
             await self.peers.close()
             # What was queued lands (no connection is left to acknowledge it on).
             await self.storage.drain()
-            try:
-                self.storage.save_clock_ceiling(self.clock.last)  # a clean stop: no lead
-            except DiskFull as exc:  # the ceiling saved last is higher, and still holds
-                log.warning("kept the clock's saved ceiling: %s", exc)
+            # The ceiling saved last holds (its file keeps the highest of its slots):
+            # the next start begins at most a second of clock time ahead, as after a crash.
             self.storage.close()
             logging.getLogger("aiohttp.server").removeFilter(quiet)
             synced = self.storage.status()
