@@ -61,6 +61,26 @@ def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(list(argv), preexec_fn=preexec, **kwargs)
 
 
+def wait_for_holder(holder: subprocess.Popen[bytes], path: str, own: str, kind: str) -> None:
+    """Until `holder` (started by `unshare`) is in a namespace of its own: its
+    namespace link `path` no longer reads `own`, this process's. RuntimeError with
+    unshare's own words if it exited, or after a few seconds."""
+    deadline = time.monotonic() + _READY_DEADLINE
+    while True:
+        if holder.poll() is not None:
+            assert holder.stderr is not None
+            reason = holder.stderr.read().decode(errors="replace").strip()
+            raise RuntimeError(f"cannot make a {kind} namespace: {reason}")
+        try:
+            if os.readlink(path) != own:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a new {kind} namespace was not made in time")
+        time.sleep(0.002)
+
+
 def run_ip(commands: Sequence[str], prefix: Sequence[str] = ()) -> None:
     """`ip` commands in one process (`ip -batch -`), in the namespace `prefix` enters;
     RuntimeError with ip's own words if one fails."""
@@ -93,20 +113,7 @@ class Namespace:
     def wait_until_ready(self) -> None:
         """Until the holder has left this namespace: before that, nsenter on its pid
         would enter ours, and an address meant for the new namespace would land here."""
-        deadline = time.monotonic() + _READY_DEADLINE
-        while True:
-            if self.holder.poll() is not None:
-                assert self.holder.stderr is not None
-                reason = self.holder.stderr.read().decode(errors="replace").strip()
-                raise RuntimeError(f"cannot make a network namespace: {reason}")
-            try:
-                if os.readlink(self.path) != self._own:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("a new network namespace was not made in time")
-            time.sleep(0.002)
+        wait_for_holder(self.holder, self.path, self._own, "network")
 
     @property
     def prefix(self) -> list[str]:

@@ -20,13 +20,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from dht.testbed.namespaces import spawn
+from dht.testbed.namespaces import spawn, wait_for_holder
 
 BALLAST = ".ballast"
-_READY_DEADLINE = 5.0
 _COMMAND_DEADLINE = 30.0
 # Writes zeros into the ballast until the volume has not a byte left (ENOSPC), keeps
 # what it wrote, and prints how much that was.
@@ -75,7 +73,9 @@ class SmallDisk:
         )
         self.path = f"/proc/{self.holder.pid}/ns/mnt"
         try:
-            self._wait_until_ready()
+            # Before the holder is in its namespace, nsenter would enter ours, and
+            # the mount would land on the machine's.
+            wait_for_holder(self.holder, self.path, self._own, "mount")
             self._run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder))
         except BaseException:
             self.close()
@@ -109,24 +109,6 @@ class SmallDisk:
         self.holder.wait()
         if self.holder.stderr is not None:
             self.holder.stderr.close()
-
-    def _wait_until_ready(self) -> None:
-        """Until the holder has left this mount namespace (before that, nsenter on its pid
-        would enter ours, and the mount would land on the machine's)."""
-        deadline = time.monotonic() + _READY_DEADLINE
-        while True:
-            if self.holder.poll() is not None:
-                assert self.holder.stderr is not None
-                reason = self.holder.stderr.read().decode(errors="replace").strip()
-                raise RuntimeError(f"cannot make a mount namespace: {reason}")
-            try:
-                if os.readlink(self.path) != self._own:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("a new mount namespace was not made in time")
-            time.sleep(0.002)
 
     def _run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(

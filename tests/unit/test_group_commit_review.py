@@ -37,6 +37,24 @@ def written(result: bool | asyncio.Future[bool]) -> asyncio.Future[bool]:
     return result
 
 
+def first_batch_fails(storage: Storage) -> threading.Event:
+    """The next batch waits in the writer thread until the event is set (up to 5 s),
+    then fails as a full volume fails it; later batches are written."""
+    write = storage._queue._write
+    release = threading.Event()
+    failed_once: list[bool] = []
+
+    def full_once(*args: Any) -> None:
+        if failed_once:
+            return write(*args)
+        failed_once.append(True)
+        release.wait(5)
+        raise DiskFull(NO_SPACE)
+
+    storage._queue._write = full_once
+    return release
+
+
 async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Storage) -> None:
     """A membership step builds fresh trees (`Node._repair_loops`): a snapshot of the
     digest index, then `on_change` hooked, in one loop turn. A batch the writer thread
@@ -69,18 +87,7 @@ async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Stor
 async def test_trees_built_while_a_batch_fails_agree_with_the_disk(storage: Storage) -> None:
     ring = Ring(NODES, 8)
     assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
-    write = storage._queue._write
-    release = threading.Event()
-    failed_once: list[bool] = []
-
-    def full_once(*args: Any) -> None:
-        if failed_once:
-            return write(*args)
-        failed_once.append(True)
-        release.wait(5)
-        raise DiskFull(NO_SPACE)
-
-    storage._queue._write = full_once
+    release = first_batch_fails(storage)
     failing = written(storage.write(b"k", Record.live(2, b"two")))
     await asyncio.sleep(0)
     trees = MerkleTrees(ring, NODES[0])
@@ -115,18 +122,7 @@ async def test_a_failed_collection_leaves_no_older_write_over_its_tombstone(
     assert await written(storage.write(b"k", tombstone)) is True
     trees = trees_of(storage)
     storage.on_change = trees.change
-    write = storage._queue._write
-    release = threading.Event()
-    failed_once: list[bool] = []
-
-    def full_once(*args: Any) -> None:
-        if failed_once:
-            return write(*args)
-        failed_once.append(True)
-        release.wait(5)
-        raise DiskFull(NO_SPACE)
-
-    storage._queue._write = full_once
+    release = first_batch_fails(storage)
     assert storage.collect(b"k", tombstone) is True  # its removal is queued
     await asyncio.sleep(0)  # in flight
     assert storage.write(b"k", Record.live(5, b"deleted value")) is False
@@ -164,18 +160,7 @@ async def test_a_newer_write_after_a_failed_collection_replaces_the_tombstone(
     assert await written(storage.write(b"k", tombstone)) is True
     trees = trees_of(storage)
     storage.on_change = trees.change
-    write = storage._queue._write
-    release = threading.Event()
-    failed_once: list[bool] = []
-
-    def full_once(*args: Any) -> None:
-        if failed_once:
-            return write(*args)
-        failed_once.append(True)
-        release.wait(5)
-        raise DiskFull(NO_SPACE)
-
-    storage._queue._write = full_once
+    release = first_batch_fails(storage)
     assert storage.collect(b"k", tombstone) is True
     await asyncio.sleep(0)
     newer = written(storage.write(b"k", Record.live(12, b"newer", copies=2)))
