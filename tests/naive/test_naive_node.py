@@ -122,18 +122,19 @@ def test_the_kit_judges_the_naive_nodes_history_when_a_node_is_killed(tmp_path: 
 
 
 def test_the_kit_finds_the_naive_node_loses_writes_under_clock_skew(tmp_path: Path) -> None:
-    """section 19 on the naive node (--quick): it orders versions by its coordinator's
-    wall clock alone, so with one clock behind, ahead, stepped back or strobing, a later
-    acknowledged write gets an older timestamp than the one it follows (or an earlier
-    one a newer), and loses to it. The kit must fail each rule with writes lost. Skipped
-    where the fake clock cannot run (no libfaketime, not Linux)."""
+    """Rule 19.1 on the naive node (--quick): it orders versions by its coordinator's
+    wall clock alone, so with one node's clock 30 s behind, a later acknowledged write
+    coordinated there gets an older timestamp than the one it follows, and loses to it.
+    The kit must fail the rule with writes lost. (A full run fails all four clock rules:
+    README; CI runs this one, the issue's case, to keep its time.) Skipped where the fake
+    clock cannot run (no libfaketime, not Linux)."""
     reason = fake_clock.unavailable()
     if reason is not None:
         pytest.skip(f"clock faults need a fake clock: {reason}")
     completed = subprocess.run(
         [
             *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
-            *("--tiers", "clock", "--quick", "--node-command", NAIVE_COMMAND),
+            *("--tiers", "clock", "--quick", "-k", "behind", "--node-command", NAIVE_COMMAND),
         ],
         cwd=REPOSITORY,
         capture_output=True,
@@ -142,25 +143,15 @@ def test_the_kit_finds_the_naive_node_loses_writes_under_clock_skew(tmp_path: Pa
     )
     assert completed.returncode == 1, completed.stdout + completed.stderr
     report = (tmp_path / "report" / "report.md").read_text()
-    results = {
-        result["rules"][0]: result
+    results = [
+        result
         for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
         if (result := json.loads(line))["outcome"] != "not run"
-    }
-    assert set(results) == {"19.1", "19.2", "19.3", "19.4"}, results
-    lost = {}
-    for rule, scenario in (
-        ("19.1", "clock-behind"),
-        ("19.2", "clock-ahead"),
-        ("19.3", "clock-step-back"),
-        ("19.4", "clock-strobe"),
-    ):
-        row = re.search(rf"^\| {scenario}-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
-        assert row, report
-        counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
-        assert results[rule]["outcome"] == "failed", (counts, results[rule])
-        assert "history judged:" in str(results[rule]["message"]), results[rule]
-        lost[scenario] = counts["lost"]
-    # The issue's case, a coordinator behind, loses writes every time; the others may
-    # show only stale reads or undone deletes in a short run.
-    assert lost["clock-behind"] > 0, lost
+    ]
+    assert [result["rules"] for result in results] == [["19.1"]], results
+    row = re.search(r"^\| clock-behind-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
+    assert row, report
+    counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+    assert results[0]["outcome"] == "failed", (counts, results[0])
+    assert "history judged:" in str(results[0]["message"]), results[0]
+    assert counts["lost"] > 0, counts
