@@ -54,6 +54,8 @@ class Recorder:
     nodes: Sequence[Node]
     history: list[Op] = field(default_factory=list)
     faults: list[FaultWindow] = field(default_factory=list)
+    # Kept in the run folder's run.json with the bound (the nemesis's seed, ...).
+    details: dict[str, object] = field(default_factory=dict)
 
     def name(self, node: Node) -> str:
         return node_name(list(self.nodes).index(node))
@@ -104,7 +106,8 @@ class Recorder:
             self.faults,
             final,
             final_at,
-            {"bound_seconds": BOUND, "quick": quick(), "client_timeout": CLIENT_TIMEOUT},
+            {"bound_seconds": BOUND, "quick": quick(), "client_timeout": CLIENT_TIMEOUT}
+            | self.details,
         )
         run_dir = new_run_dir(self.scenario)
         write_run(run_dir, run)

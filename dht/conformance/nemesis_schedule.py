@@ -91,8 +91,7 @@ class Schedule:
                 "kinds": list(self.kinds),
                 "left_out": dict(self.left_out),
                 "faults": [
-                    asdict(fault) | {"parameters": dict(fault.parameters)}
-                    for fault in self.faults
+                    asdict(fault) | {"parameters": dict(fault.parameters)} for fault in self.faults
                 ],
             },
             indent=2,

@@ -60,7 +60,9 @@ def ddmin(
                 break
             if granularity == 2:
                 continue  # the complement of one half is the other half, just tried
-            complement = tuple(item for other, c in enumerate(chunks) if other != index for item in c)
+            complement = tuple(
+                item for other, c in enumerate(chunks) if other != index for item in c
+            )
             verdict = attempt(complement)
             if verdict is None:
                 return Shrunk(current, False, tries)

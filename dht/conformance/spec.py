@@ -31,6 +31,8 @@ TIER_DESCRIPTIONS = {
     "clock": "SPEC.md section 19, one node's wall clock behind, ahead, stepped back, "
     "strobing: the later acknowledged write wins",
     "disk": "SPEC.md section 20, one node's volume filled to the last byte under load, then freed",
+    "nemesis": "SPEC.md section 21, a seeded random schedule of every fault, one node at a "
+    "time; a failing run shrunk to its smallest failing schedule",
     "dht": "SPEC.md sections 6 to 13, dht's own rules",
 }
 TIERS = tuple(TIER_DESCRIPTIONS)
@@ -42,7 +44,9 @@ PART_ONE_TIERS = TIERS[:-1]
 COURSE_TIERS = ("core", "range", "replication")
 # Sections 1-5 of SPEC.md are the first tiers of part one, in this order; from 14 on came
 # later and are numbered after part two (6-13, dht's own).
-_SECTION_TIERS = dict(zip((1, 2, 3, 4, 5, 14, 15, 16, 17, 18, 19, 20), PART_ONE_TIERS, strict=True))
+_SECTION_TIERS = dict(
+    zip((1, 2, 3, 4, 5, 14, 15, 16, 17, 18, 19, 20, 21), PART_ONE_TIERS, strict=True)
+)
 # The package carries the spec it grades by (package data; in a clone, a link to the
 # repository's SPEC.md), so an installed kit needs no clone.
 SPEC_PATH = Path(__file__).resolve().parent / "SPEC.md"
