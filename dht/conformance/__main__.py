@@ -25,6 +25,8 @@ from typing import Any
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
 from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
+from dht.conformance.nemesis import SCHEDULE_FILE, SECONDS_ENV, SEED_ENV, SHRINK_ENV, SHRINK_FILE
+from dht.conformance.nemesis_schedule import new_seed
 from dht.conformance.report import (
     FaultRun,
     RunFacts,
@@ -90,9 +92,16 @@ A > F); the report's first line says whether they all pass.
                The clock is moved from outside (libfaketime preloaded, Linux; a JVM
                or Python node, not a Go one), else the rules are skipped with the
                reason; each scenario's history and plot go into the report
+  nemesis      3 nodes for --nemesis-seconds under a random schedule drawn from
+               --seed: kill -9, pause, slow and cut links, clock offsets, power cuts,
+               one node at a time (kinds this machine cannot apply are left out, with
+               the reason; a full disk never is drawn). The same seed gives the same
+               schedule and client operations; a failing run is shrunk (delta
+               debugging over its faults, within --shrink-minutes) to the smallest
+               schedule that still fails, with its seed, timeline and plot
 The report's second line says whether any acknowledged write was lost, read stale,
 undone or invented: under kill -9 (durability) or in any faults or clock scenario's
-history.
+history, the nemesis's included.
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
 Example:
   python -m dht.conformance --tiers core,range \\
@@ -177,6 +186,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the rules and their bounds are the same",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        help="the nemesis's seed: the same seed gives the same schedule of faults and the "
+        "same client operations (default: a new one, printed and in the report)",
+    )
+    parser.add_argument(
+        "--nemesis-seconds",
+        type=float,
+        help="how long the nemesis's schedule runs (default: 300; 30 with --quick)",
+    )
+    parser.add_argument(
+        "--shrink-minutes",
+        type=float,
+        default=10.0,
+        help="how long a failing nemesis run may be shrunk to its smallest failing "
+        "schedule (default: 10; 0 does not shrink)",
+    )
+    parser.add_argument(
         "-k",
         dest="select",
         metavar="EXPRESSION",
@@ -184,6 +211,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
+    if args.seed is None:
+        args.seed = new_seed()
+    if args.nemesis_seconds is None:
+        args.nemesis_seconds = 30.0 if args.quick else 300.0
     if args.topology_host is None:
         args.topology_host = NUMERIC_HOST if args.node_command is None else COURSE_HOST
     if args.node_command is not None:
@@ -280,9 +311,41 @@ def fault_runs(out: Path, runs: Path) -> list[FaultRun]:
                 (folder / PLOT_FILE).exists(),
                 classification.get("counts", {}),
                 classification.get("examples", {}),
+                nemesis_notes(folder),
             )
         )
     return found
+
+
+def nemesis_notes(folder: Path) -> tuple[str, ...]:
+    """A nemesis run's seed and schedule (`schedule.json`), and for the smallest run a
+    shrink found, what the shrink did (`shrink.json`); () for any other run."""
+    try:
+        schedule = json.loads((folder / SCHEDULE_FILE).read_text())
+    except (OSError, ValueError):
+        return ()
+    faults = schedule.get("faults", [])
+    notes = [
+        f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {len(faults)} faults "
+        f"(of {', '.join(schedule.get('kinds', []))}): run it again with `--seed "
+        f"{schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`."
+    ]
+    notes += [
+        f"Left out: {kind}, {why}." for kind, why in sorted(schedule.get("left_out", {}).items())
+    ]
+    try:
+        shrink = json.loads((folder / SHRINK_FILE).read_text())
+    except (OSError, ValueError):
+        shrink = None
+    if isinstance(shrink, dict):
+        ending = "1-minimal" if shrink.get("minimal") else "the budget ended the search"
+        notes.append(
+            f"Shrunk from {shrink.get('original_faults')} faults to "
+            f"{shrink.get('shrunk_faults')} in {shrink.get('seconds')} s "
+            f"({shrink.get('tries')} runs, {ending}); the failing run was "
+            f"{shrink.get('failing_run')}."
+        )
+    return tuple(notes)
 
 
 def classification_of(folder: Path) -> dict[str, Any]:
@@ -337,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         NODE_CWD_ENV: os.getcwd(),
         QUICK_ENV: "1" if args.quick else "0",
         TOPOLOGY_HOST_ENV: args.topology_host,
+        SEED_ENV: str(args.seed),
+        SECONDS_ENV: str(args.nemesis_seconds),
+        SHRINK_ENV: str(args.shrink_minutes),
     }
     env.pop("DHT_NODE_COMMAND", None)
     if args.node_command is not None:
@@ -349,6 +415,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{{cluster}} and {{self}} name nodes http://{args.topology_host}:PORT",
         flush=True,
     )
+    if "nemesis" in args.tiers:
+        print(
+            f"nemesis: seed {args.seed}, {args.nemesis_seconds:g} s of faults, "
+            f"shrunk within {args.shrink_minutes:g} min if it fails",
+            flush=True,
+        )
     with (
         tempfile.TemporaryDirectory(prefix="dht-conformance-") as scratch,
         (args.out / "pytest.log").open("wb") as log,

@@ -56,6 +56,8 @@ class FaultRun:
     has_plot: bool
     counts: Mapping[str, int] = field(default_factory=dict)
     examples: Mapping[str, list[str]] = field(default_factory=dict)
+    # Lines said under the run's heading: a nemesis run's seed and schedule, its shrink.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,7 @@ def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
     if not any(map(judging, kill_tests)) and not graded:
         return (
             f"{head} Not judged: the durability tier and the fault tiers (faults, power, "
-            "partition, clock, disk) judge it, and ran no rule."
+            "partition, clock, disk, nemesis) judge it, and ran no rule."
         )
     found = {kind: sum(run.counts.get(kind, 0) for run in graded) for kind in DATA_FAULTS}
     kill_failures = [r for r in kill_tests if failed(r)]
@@ -260,6 +262,7 @@ def scenario_of(run: FaultRun) -> str:
 
 RUN_FILES = (
     "summary.txt",
+    "schedule.json",
     "classification.json",
     "history.jsonl",
     "faults.jsonl",
@@ -296,9 +299,12 @@ def fault_run_lines(runs: Iterable[FaultRun]) -> list[str]:
         files = ", ".join(
             f"[{file}]({run.folder}/{file})"
             for file in RUN_FILES
-            if file != "classification.json" or run.counts
+            if (file != "classification.json" or run.counts)
+            and (file != "schedule.json" or run.notes)
         )
         lines += ["", f"### {name}", "", f"`{run.summary}`", ""]
+        if run.notes:
+            lines += [*run.notes, ""]
         for kind in COUNTED:
             if run.examples.get(kind):
                 shown = len(run.examples[kind])
