@@ -47,5 +47,5 @@ def test_under_a_seeded_random_schedule_of_faults_nothing_acknowledged_is_lost(
         f"seed {seed}, {len(schedule.faults)} faults in {schedule.seconds:.0f} s: {first.failure}"
     )
     if shrink_minutes() > 0:
-        found += "; " + shrink_run(first, tmp_path / "shrink", shrink_minutes()).summary()
+        found += "; " + shrink_run(first, tmp_path / "s", shrink_minutes()).summary()
     pytest.fail(f"{found}; left out: disk ({DISK_LEFT_OUT}){'; ' + left_out if left_out else ''}")
