@@ -25,7 +25,14 @@ from typing import Any
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
 from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
-from dht.conformance.nemesis import SCHEDULE_FILE, SECONDS_ENV, SEED_ENV, SHRINK_ENV, SHRINK_FILE
+from dht.conformance.nemesis import (
+    DISK_LEFT_OUT,
+    SCHEDULE_FILE,
+    SECONDS_ENV,
+    SEED_ENV,
+    SHRINK_ENV,
+    SHRINK_FILE,
+)
 from dht.conformance.nemesis_schedule import new_seed
 from dht.conformance.report import (
     FaultRun,
@@ -330,9 +337,8 @@ def nemesis_notes(folder: Path) -> tuple[str, ...]:
         f"(of {', '.join(schedule.get('kinds', []))}): run it again with `--seed "
         f"{schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`."
     ]
-    notes += [
-        f"Left out: {kind}, {why}." for kind, why in sorted(schedule.get("left_out", {}).items())
-    ]
+    left_out = {"disk": DISK_LEFT_OUT} | schedule.get("left_out", {})
+    notes += [f"Left out: {kind}, {why}." for kind, why in sorted(left_out.items())]
     try:
         shrink = json.loads((folder / SHRINK_FILE).read_text())
     except (OSError, ValueError):
