@@ -20,22 +20,14 @@ import time
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
+from dht.conformance.fault_runs import fault_runs
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
 from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
-from dht.conformance.nemesis import (
-    DISK_LEFT_OUT,
-    SCHEDULE_FILE,
-    SECONDS_ENV,
-    SEED_ENV,
-    SHRINK_ENV,
-    SHRINK_FILE,
-)
+from dht.conformance.nemesis import SECONDS_ENV, SEED_ENV, SHRINK_ENV
 from dht.conformance.nemesis_schedule import new_seed
 from dht.conformance.report import (
-    FaultRun,
     RunFacts,
     SpecTestResult,
     count_tiers,
@@ -45,7 +37,7 @@ from dht.conformance.report import (
     without_machine_paths,
 )
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
-from dht.history.run_folder import CLASSIFICATION_FILE, PLOT_FILE, RUNS_ENV, SUMMARY_FILE
+from dht.history.run_folder import RUNS_ENV
 from dht.testbed.node_template import (
     COURSE_HOST,
     NUMERIC_HOST,
@@ -301,67 +293,6 @@ def preflight(node_command: str, start_timeout: float, topology_host: str) -> st
                 f"{line!r} did not answer /v0/status within {start_timeout} s; last output: {last}"
             )
         return f"{line!r} exited with code {code} before answering /v0/status: {last}"
-
-
-def fault_runs(out: Path, runs: Path) -> list[FaultRun]:
-    """The run folders the fault scenarios left, oldest first, as the report links them."""
-    found = []
-    for folder in (
-        sorted(runs.iterdir(), key=lambda path: path.stat().st_mtime) if runs.is_dir() else []
-    ):
-        summary = folder / SUMMARY_FILE
-        classification = classification_of(folder)
-        found.append(
-            FaultRun(
-                folder.relative_to(out).as_posix(),
-                summary.read_text().splitlines()[0] if summary.exists() else "(no summary)",
-                (folder / PLOT_FILE).exists(),
-                classification.get("counts", {}),
-                classification.get("examples", {}),
-                nemesis_notes(folder),
-            )
-        )
-    return found
-
-
-def nemesis_notes(folder: Path) -> tuple[str, ...]:
-    """A nemesis run's seed and schedule (`schedule.json`), and for the smallest run a
-    shrink found, what the shrink did (`shrink.json`); () for any other run."""
-    try:
-        schedule = json.loads((folder / SCHEDULE_FILE).read_text())
-    except (OSError, ValueError):
-        return ()
-    faults = schedule.get("faults", [])
-    notes = [
-        f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {len(faults)} faults "
-        f"(of {', '.join(schedule.get('kinds', []))}): run it again with `--seed "
-        f"{schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`."
-    ]
-    left_out = {"disk": DISK_LEFT_OUT} | schedule.get("left_out", {})
-    notes += [f"Left out: {kind}, {why}." for kind, why in sorted(left_out.items())]
-    try:
-        shrink = json.loads((folder / SHRINK_FILE).read_text())
-    except (OSError, ValueError):
-        shrink = None
-    if isinstance(shrink, dict):
-        ending = "1-minimal" if shrink.get("minimal") else "the budget ended the search"
-        notes.append(
-            f"Shrunk from {shrink.get('original_faults')} faults to "
-            f"{shrink.get('shrunk_faults')} in {shrink.get('seconds')} s "
-            f"({shrink.get('tries')} runs, {ending}); the failing run was "
-            f"{shrink.get('failing_run')}."
-        )
-    return tuple(notes)
-
-
-def classification_of(folder: Path) -> dict[str, Any]:
-    """A run folder's `classification.json`, or {} where it has none (or an unreadable
-    one: the report then shows "?" counts rather than failing the run)."""
-    try:
-        loaded = json.loads((folder / CLASSIFICATION_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
 
 
 def machine_folders(node_command: str | None, scratch: str) -> list[str]:
