@@ -1,0 +1,27 @@
+"""The run folders a kit run left, read back for the report (dht/conformance/fault_runs.py):
+a nemesis run's seed, schedule, what was left out and its shrink."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dht.conformance.fault_runs import nemesis_notes
+from dht.conformance.nemesis_schedule import draw
+
+
+def test_a_nemesis_run_names_its_seed_what_was_left_out_and_its_shrink(tmp_path: Path) -> None:
+    schedule = draw(42, 30.0, {"clock": "libfaketime is missing"})
+    (tmp_path / "schedule.json").write_text(schedule.to_json())
+    shrink = {"original_faults": 5, "shrunk_faults": 1, "tries": 7, "seconds": 250.0}
+    (tmp_path / "shrink.json").write_text(json.dumps(shrink | {"minimal": True}))
+    notes = nemesis_notes(tmp_path)
+    assert notes[0].startswith(f"Seed 42, 30 s, {len(schedule.faults)} faults")
+    assert "`--seed 42 --nemesis-seconds 30`" in notes[0]
+    assert "Left out: clock, libfaketime is missing." in notes
+    assert any(note.startswith("Left out: disk, ") for note in notes)
+    assert notes[-1].startswith("Shrunk from 5 faults to 1 in 250.0 s (7 runs, 1-minimal)")
+
+
+def test_any_other_run_has_no_notes(tmp_path: Path) -> None:
+    assert nemesis_notes(tmp_path) == ()
