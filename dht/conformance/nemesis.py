@@ -315,7 +315,8 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
     started = time.monotonic()
     deadline = started + minutes * 60.0
     one_run = failed.schedule.seconds + RUN_OVERHEAD_SECONDS
-    failing: dict[tuple[Fault, ...], NemesisRun] = {}
+    # The failing runs by their faults' starts (one fault at a time: each start is its own).
+    failing: dict[tuple[float, ...], NemesisRun] = {}
 
     tries = iter(range(1, 1_000_000))
 
@@ -331,13 +332,13 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
             log.exception("a shrink's try of %d faults could not run", len(subset))
             return False
         if attempt.failure:
-            failing[attempt.schedule.faults] = attempt
+            failing[starts(subset)] = attempt
         else:
             shutil.rmtree(attempt.run_dir, ignore_errors=True)
         return bool(attempt.failure)
 
     shrunk = ddmin(failed.schedule.faults, fails, lambda: time.monotonic() + one_run > deadline)
-    smallest = failing.get(tuple(sorted(shrunk.smallest, key=lambda f: f.start)), failed)
+    smallest = failing.get(starts(shrunk.smallest), failed)
     for run in failing.values():
         if run is not smallest:
             shutil.rmtree(run.run_dir, ignore_errors=True)
@@ -360,3 +361,7 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
         }
         (smallest.run_dir / SHRINK_FILE).write_text(json.dumps(facts, indent=2) + "\n")
     return result
+
+
+def starts(faults: tuple[Fault, ...]) -> tuple[float, ...]:
+    return tuple(sorted(fault.start for fault in faults))

@@ -1,9 +1,19 @@
-"""Which requests of a nemesis run are judged by their answers (dht/conformance/nemesis.py):
-those through a node no fault was on while they ran."""
+"""A nemesis run (dht/conformance/nemesis.py): which requests are judged by their
+answers (those through a node no fault was on while they ran), and a failing run's
+shrink, with a fake run in place of a cluster."""
 
 from __future__ import annotations
 
-from dht.conformance.nemesis import Applied, unfaulted
+import json
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from dht.conformance import nemesis
+from dht.conformance.nemesis import Applied, NemesisRun, unfaulted
+from dht.conformance.nemesis_schedule import Schedule, draw
+from dht.history.classification import Classification
 from dht.history.operation import Kind, Op
 
 
@@ -21,3 +31,28 @@ def test_only_requests_through_nodes_no_fault_was_on_are_judged_by_their_answers
         op("node1", 11.0, 11.1),  # through a node no fault was on
     ]
     assert unfaulted(ops, applied) == [ops[3], ops[4]]
+
+
+def test_a_shrink_keeps_the_smallest_failing_run_and_says_what_it_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = draw(3, 120.0)
+    culprit = next(fault for fault in schedule.faults if fault.kind == "clock")
+
+    def run_schedule(tried: Schedule, root: Path, scenario: str) -> NemesisRun:
+        folder = tmp_path / "runs" / root.name
+        folder.mkdir(parents=True)
+        found = "1 stale" if culprit in tried.faults else ""
+        return NemesisRun(tried, cast(Classification, None), folder, [found])
+
+    monkeypatch.setattr(nemesis, "run_schedule", run_schedule)
+    failed = NemesisRun(schedule, cast(Classification, None), tmp_path / "first", ["1 stale"])
+    failed.run_dir.mkdir()
+    shrunk = nemesis.shrink_run(failed, tmp_path / "s", minutes=10.0)
+    assert shrunk.smallest.schedule.faults == (culprit,)
+    assert shrunk.minimal and shrunk.original == len(schedule.faults)
+    kept = sorted(path.name for path in (tmp_path / "runs").iterdir())
+    assert kept == [shrunk.smallest.run_dir.name]
+    facts = json.loads((shrunk.smallest.run_dir / nemesis.SHRINK_FILE).read_text())
+    assert facts["shrunk_faults"] == 1 and facts["seed"] == 3
+    assert "to 1 in " in shrunk.summary() and culprit.label() in shrunk.summary()
