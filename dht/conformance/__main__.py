@@ -25,7 +25,7 @@ from dht.conformance.fault_runs import fault_runs
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
 from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
-from dht.conformance.nemesis import SECONDS_ENV, SEED_ENV, SHRINK_ENV
+from dht.conformance.nemesis import SCHEDULE_ENV, SECONDS_ENV, SEED_ENV, SHRINK_ENV
 from dht.conformance.nemesis_schedule import new_seed
 from dht.conformance.report import (
     RunFacts,
@@ -196,6 +196,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="how long the nemesis's schedule runs (default: 300; 30 with --quick)",
     )
     parser.add_argument(
+        "--nemesis-schedule",
+        type=Path,
+        help="a nemesis run folder's schedule.json, run as it is instead of one drawn "
+        "from --seed: the smallest failing schedule a shrink found, run again",
+    )
+    parser.add_argument(
         "--shrink-minutes",
         type=float,
         default=10.0,
@@ -341,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         SECONDS_ENV: str(args.nemesis_seconds),
         SHRINK_ENV: str(args.shrink_minutes),
     }
+    if args.nemesis_schedule is not None:
+        env[SCHEDULE_ENV] = str(args.nemesis_schedule.resolve())
     env.pop("DHT_NODE_COMMAND", None)
     if args.node_command is not None:
         env["DHT_NODE_COMMAND"] = args.node_command
@@ -352,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{{cluster}} and {{self}} name nodes http://{args.topology_host}:PORT",
         flush=True,
     )
-    if "nemesis" in args.tiers:
+    if "nemesis" in args.tiers and args.nemesis_schedule is not None:
+        print(f"nemesis: the schedule of {args.nemesis_schedule}", flush=True)
+    elif "nemesis" in args.tiers:
         print(
             f"nemesis: seed {args.seed}, {args.nemesis_seconds:g} s of faults, "
             f"shrunk within {args.shrink_minutes:g} min if it fails",

@@ -42,10 +42,16 @@ def nemesis_notes(folder: Path) -> tuple[str, ...]:
     except (OSError, ValueError):
         return ()
     faults = schedule.get("faults", [])
+    count = f"{len(faults)} fault{'' if len(faults) == 1 else 's'}"
+    # A shrunk run's schedule is a subset of its seed's: only its file replays it.
+    again = (
+        f"`--nemesis-schedule {SCHEDULE_FILE}` (this run's file)"
+        if (folder / SHRINK_FILE).exists()
+        else f"`--seed {schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`"
+    )
     notes = [
-        f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {len(faults)} faults "
-        f"(of {', '.join(schedule.get('kinds', []))}): run it again with `--seed "
-        f"{schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`."
+        f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {count} "
+        f"(of {', '.join(schedule.get('kinds', []))}): run it again with {again}."
     ]
     left_out = {"disk": DISK_LEFT_OUT} | schedule.get("left_out", {})
     notes += [f"Left out: {kind}, {why}." for kind, why in sorted(left_out.items())]

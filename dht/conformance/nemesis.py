@@ -58,6 +58,8 @@ SHRINK_FILE = "shrink.json"
 SEED_ENV = "DHT_NEMESIS_SEED"
 SECONDS_ENV = "DHT_NEMESIS_SECONDS"
 SHRINK_ENV = "DHT_NEMESIS_SHRINK_MINUTES"
+# The kit's --nemesis-schedule: a run folder's schedule.json, run as it is (a shrunk one).
+SCHEDULE_ENV = "DHT_NEMESIS_SCHEDULE"
 # Unset, as in the repository's own `make test`: a short schedule in quick mode, and no
 # shrink there (the kit sets all three).
 QUICK_SECONDS = 20.0
@@ -75,6 +77,12 @@ def nemesis_seed() -> int:
     """--seed, or a new one (the report prints it)."""
     given = os.environ.get(SEED_ENV)
     return int(given) if given else new_seed()
+
+
+def given_schedule() -> Schedule | None:
+    """--nemesis-schedule's schedule, or None: the run draws one from its seed."""
+    given = os.environ.get(SCHEDULE_ENV)
+    return Schedule.from_json(Path(given).read_text()) if given else None
 
 
 def nemesis_seconds() -> float:

@@ -17,10 +17,15 @@ def test_a_nemesis_run_names_its_seed_what_was_left_out_and_its_shrink(tmp_path:
     (tmp_path / "shrink.json").write_text(json.dumps(shrink | {"minimal": True}))
     notes = nemesis_notes(tmp_path)
     assert notes[0].startswith(f"Seed 42, 30 s, {len(schedule.faults)} faults")
-    assert "`--seed 42 --nemesis-seconds 30`" in notes[0]
+    assert "`--nemesis-schedule schedule.json` (this run's file)" in notes[0]
     assert "Left out: clock, libfaketime is missing." in notes
     assert any(note.startswith("Left out: disk, ") for note in notes)
     assert notes[-1].startswith("Shrunk from 5 faults to 1 in 250.0 s (7 runs, 1-minimal)")
+
+
+def test_a_run_drawn_from_its_seed_is_run_again_with_the_seed(tmp_path: Path) -> None:
+    (tmp_path / "schedule.json").write_text(draw(42, 30.0).to_json())
+    assert "`--seed 42 --nemesis-seconds 30`" in nemesis_notes(tmp_path)[0]
 
 
 def test_any_other_run_has_no_notes(tmp_path: Path) -> None:
