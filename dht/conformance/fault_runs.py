@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.conformance.nemesis import DISK_LEFT_OUT, SCHEDULE_FILE, SHRINK_FILE
+from dht.conformance.nemesis_schedule import Schedule, draw
 from dht.conformance.report import FaultRun
 from dht.history.run_folder import CLASSIFICATION_FILE, PLOT_FILE, SUMMARY_FILE
 
@@ -43,11 +44,11 @@ def nemesis_notes(folder: Path) -> tuple[str, ...]:
         return ()
     faults = schedule.get("faults", [])
     count = f"{len(faults)} fault{'' if len(faults) == 1 else 's'}"
-    # A shrunk run's schedule is a subset of its seed's: only its file replays it.
+    # A shrunk schedule is a subset of its seed's: only its file gives it again.
     again = (
-        f"`--nemesis-schedule {SCHEDULE_FILE}` (this run's file)"
-        if (folder / SHRINK_FILE).exists()
-        else f"`--seed {schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`"
+        f"`--seed {schedule.get('seed')} --nemesis-seconds {schedule.get('seconds', 0):g}`"
+        if drawn_from_its_seed(folder / SCHEDULE_FILE)
+        else f"`--nemesis-schedule {SCHEDULE_FILE}` (this run's file)"
     )
     notes = [
         f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {count} "
@@ -78,3 +79,12 @@ def classification_of(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
+
+
+def drawn_from_its_seed(path: Path) -> bool:
+    """Whether the schedule in `path` is the one its seed draws (not a shrunk subset)."""
+    try:
+        schedule = Schedule.from_json(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return draw(schedule.seed, schedule.seconds, schedule.left_out).faults == schedule.faults

@@ -48,7 +48,8 @@ def test_under_a_seeded_random_schedule_of_faults_nothing_acknowledged_is_lost(
     if not first.failure:
         return
     left_out = "; ".join(f"{kind}: {why}" for kind, why in schedule.left_out.items())
-    found = f"seed {seed}, {len(schedule.faults)} faults in {schedule.seconds:.0f} s"
+    count = len(schedule.faults)
+    found = f"seed {seed}, {count} fault{'' if count == 1 else 's'} in {schedule.seconds:.0f} s"
     # The shrink first: a report line is cut at a few hundred characters.
     if shrink_minutes() > 0:
         found += "; " + shrink_run(first, tmp_path / "s", shrink_minutes()).summary()
