@@ -327,7 +327,6 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
     with `shrink.json`) and removes the others."""
     started = time.monotonic()
     deadline = started + minutes * 60.0
-    one_run = failed.schedule.seconds + RUN_OVERHEAD_SECONDS
     # The failing runs by their faults' starts (one fault at a time: each start is its own).
     failing: dict[tuple[float, ...], NemesisRun] = {}
 
@@ -350,7 +349,11 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
             shutil.rmtree(attempt.run_dir, ignore_errors=True)
         return bool(attempt.failure)
 
-    shrunk = ddmin(failed.schedule.faults, fails, lambda: time.monotonic() + one_run > deadline)
+    def out_of_time(subset: tuple[Fault, ...]) -> bool:
+        one_run = failed.schedule.keeping(subset).seconds + RUN_OVERHEAD_SECONDS
+        return time.monotonic() + one_run > deadline
+
+    shrunk = ddmin(failed.schedule.faults, fails, out_of_time)
     smallest = failing.get(starts(shrunk.smallest), failed)
     for run in failing.values():
         if run is not smallest:

@@ -78,10 +78,13 @@ class Schedule:
     left_out: Mapping[str, str] = field(default_factory=dict)
 
     def keeping(self, faults: Iterable[Fault]) -> Schedule:
-        """The same run with only `faults` (a subset, each at its own time): what a
-        shrink tries."""
+        """The same run with only `faults` (a subset, each at its own time), ending
+        TAIL_SECONDS after the last of them is due to heal: what a shrink tries, no
+        longer than it must be (each client's operations are the same, fewer of them)."""
         kept = tuple(sorted(faults, key=lambda fault: fault.start))
-        return Schedule(self.seed, self.seconds, self.kinds, kept, self.left_out)
+        last = max((fault.end for fault in kept), default=LEAD_SECONDS)
+        seconds = min(self.seconds, round(last + TAIL_SECONDS, 1))
+        return Schedule(self.seed, seconds, self.kinds, kept, self.left_out)
 
     def to_json(self) -> str:
         return json.dumps(

@@ -26,18 +26,19 @@ class Shrunk(Generic[T]):
 def ddmin(
     items: Sequence[T],
     fails: Callable[[tuple[T, ...]], bool],
-    out_of_time: Callable[[], bool] = lambda: False,
+    out_of_time: Callable[[tuple[T, ...]], bool] = lambda subset: False,
 ) -> Shrunk[T]:
     """Shrinks `items` (which fail) to a 1-minimal failing subset, in their order.
-    `fails(subset)` runs a subset; `out_of_time()` is asked before each try, and once it
-    is true the search ends with what it has. The empty subset is tried first: a run
+    `fails(subset)` runs a subset; `out_of_time(subset)` is asked before each try (a
+    try's cost may depend on its subset), and once it is true the search ends with what
+    it has. The empty subset is tried first: a run
     that fails with no fault at all is not the faults' doing."""
     current = tuple(items)
     tries = 0
 
     def attempt(subset: tuple[T, ...]) -> bool | None:
         nonlocal tries
-        if out_of_time():
+        if out_of_time(subset):
             return None
         tries += 1
         return fails(subset)

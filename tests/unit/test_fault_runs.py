@@ -17,7 +17,7 @@ def test_a_nemesis_run_names_its_seed_what_was_left_out_and_its_shrink(tmp_path:
     shrink = {"original_faults": 5, "shrunk_faults": 1, "tries": 7, "seconds": 250.0}
     (tmp_path / "shrink.json").write_text(json.dumps(shrink | {"minimal": True}))
     notes = nemesis_notes(tmp_path)
-    assert notes[0].startswith(f"Seed 42, 30 s, {len(schedule.faults)} faults")
+    assert notes[0].startswith(f"Seed 42, {schedule.seconds:g} s, {len(schedule.faults)} faults")
     assert "`--nemesis-schedule schedule.json` (this run's file)" in notes[0]
     assert "Left out: clock, libfaketime is missing." in notes
     assert any(note.startswith("Left out: disk, ") for note in notes)

@@ -3,7 +3,7 @@ same every time, one fault at a time, and only of the kinds this machine can app
 
 from __future__ import annotations
 
-from dht.conformance.nemesis_schedule import KINDS, TAIL_SECONDS, Schedule, draw
+from dht.conformance.nemesis_schedule import KINDS, LEAD_SECONDS, TAIL_SECONDS, Schedule, draw
 
 
 def test_the_same_seed_length_and_kinds_give_the_same_schedule() -> None:
@@ -47,7 +47,15 @@ def test_keeping_a_subset_keeps_each_fault_at_its_time() -> None:
     schedule = draw(9, 120.0)
     kept = schedule.keeping([schedule.faults[2], schedule.faults[0]])
     assert kept.faults == (schedule.faults[0], schedule.faults[2])
-    assert kept.seed == schedule.seed and kept.seconds == schedule.seconds
+    assert kept.seed == schedule.seed
+
+
+def test_a_subset_runs_until_its_last_fault_heals_and_the_tail() -> None:
+    schedule = draw(9, 120.0)
+    kept = schedule.keeping(schedule.faults[:2])
+    assert kept.seconds == round(schedule.faults[1].end + TAIL_SECONDS, 1)
+    assert schedule.keeping(schedule.faults).seconds <= schedule.seconds
+    assert schedule.keeping([]).seconds == LEAD_SECONDS + TAIL_SECONDS
 
 
 def test_each_fault_has_a_label_for_the_timeline() -> None:

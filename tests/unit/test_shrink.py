@@ -38,7 +38,9 @@ def test_a_run_that_fails_without_any_fault_shrinks_to_none() -> None:
 
 def test_out_of_time_keeps_the_smallest_failing_subset_found_so_far() -> None:
     tries = count()
-    shrunk = ddmin(range(32), lambda subset: 5 in subset, out_of_time=lambda: next(tries) >= 3)
+    shrunk = ddmin(
+        range(32), lambda subset: 5 in subset, out_of_time=lambda subset: next(tries) >= 3
+    )
     assert 5 in shrunk.smallest
     assert len(shrunk.smallest) < 32
     assert not shrunk.minimal
@@ -48,3 +50,12 @@ def test_out_of_time_keeps_the_smallest_failing_subset_found_so_far() -> None:
 def test_split_makes_chunks_of_nearly_equal_size_in_order() -> None:
     assert split((1, 2, 3, 4, 5), 2) == [(1, 2, 3), (4, 5)]
     assert split((1, 2), 4) == [(1,), (2,)]
+
+
+def test_out_of_time_is_asked_with_the_subset_about_to_be_tried() -> None:
+    asked: list[tuple[int, ...]] = []
+    ddmin(
+        range(4), lambda subset: 2 in subset, out_of_time=lambda subset: bool(asked.append(subset))
+    )
+    assert asked[0] == ()
+    assert (0, 1) in asked and (2, 3) in asked
