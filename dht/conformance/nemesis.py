@@ -67,6 +67,8 @@ QUICK_SECONDS = 20.0
 REPOSITORY_SEED = 18
 THOROUGH_SECONDS = 300.0
 THOROUGH_SHRINK_MINUTES = 10.0
+# The faults a shrink's summary names; the run folder's schedule.json has them all.
+SHOWN_FAULTS = 6
 # What one run takes beyond its schedule: the cluster's start, the final reads, the stop.
 RUN_OVERHEAD_SECONDS = 60.0
 # Why a full disk never is in the schedule (the module's docstring says more).
@@ -311,8 +313,10 @@ class ShrinkResult:
         ending = "1-minimal" if self.minimal else "the budget ended the search"
         labels = "; ".join(
             f"{fault.start:.1f} s {fault.label()} for {fault.duration:.1f} s"
-            for fault in shrunk.faults
+            for fault in shrunk.faults[:SHOWN_FAULTS]
         )
+        if len(shrunk.faults) > SHOWN_FAULTS:
+            labels += f"; and {len(shrunk.faults) - SHOWN_FAULTS} more (its schedule.json)"
         return (
             f"shrunk from {self.original} faults to {len(shrunk.faults)} in {self.seconds:.0f} s "
             f"({self.tries} runs, {ending}): {labels or 'no fault at all'}; "
