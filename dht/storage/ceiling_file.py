@@ -13,13 +13,12 @@ the other one whole, so a read takes the highest valid slot.
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import zlib
 from pathlib import Path
 
-from dht.storage.disk import DiskFull, replace_durably
+from dht.storage.disk import disk_full_or, replace_durably, sync_folder
 
 _SLOT = struct.Struct(">QI4x")  # the ceiling, the CRC-32 of its 8 bytes, padding
 # The file of the commit before the slots: the ceiling alone, 8 bytes big-endian, always
@@ -70,7 +69,7 @@ class CeilingFile:
             os.pwrite(self._fd, _slot(ceiling), self._next_slot * _SLOT.size)
             os.fdatasync(self._fd)
         except OSError as exc:
-            raise _disk_full_or(exc) from None
+            raise disk_full_or(exc, "the clock's ceiling") from None
         self._next_slot = 1 - self._next_slot
 
     def close(self) -> None:
@@ -97,7 +96,7 @@ class CeilingFile:
                 if len(data) == 2 * _SLOT.size and saved is not None:
                     # Its name synced too: a making whose folder's sync failed (EIO) is
                     # not trusted by a save that follows it.
-                    _sync_folder(self.path.parent)
+                    sync_folder(self.path.parent)
                     first, second = _valid(data[: _SLOT.size]), _valid(data[_SLOT.size :])
                     self._next_slot = 0 if _older_or_same(first, second) else 1
                     self._fd = fd
@@ -112,20 +111,6 @@ class CeilingFile:
         return True
 
 
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _older_or_same(first: int | None, second: int | None) -> bool:
     """Whether the first slot is to be overwritten: it is invalid, or not newer."""
     return first is None or (second is not None and first <= second)
-
-
-def _disk_full_or(exc: OSError) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskFull(f"no room to save the clock's ceiling: {exc.strerror}")
-    return exc

@@ -40,15 +40,25 @@ def replace_durably(path: Path, data: bytes) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        sync_folder(path.parent)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFull(f"no room to save {path.name}: {exc.strerror}") from None
-        raise
+        raise disk_full_or(exc, path.name) from None
+
+
+def sync_folder(folder: Path) -> None:
+    """fsyncs a folder: the names made, renamed or removed in it are on the disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def disk_full_or(exc: OSError, what: str) -> Exception:
+    """`exc` as DiskFull when it says the volume has no room left (saving `what`)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(f"no room to save {what}: {exc.strerror}")
+    return exc
 
 
 def free_bytes(path: Path) -> int:
