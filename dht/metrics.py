@@ -231,6 +231,11 @@ def _totals(status: dict[str, Any]) -> Iterator[Metric]:
         "dht_read_repairs", "Stale replicas sent a newer record by a read", status["read_repairs"]
     )
     yield _counter(
+        "dht_restamped_writes",
+        "Client writes sent again with a newer version after a replica kept a newer record",
+        status["restamped_writes"],
+    )
+    yield _counter(
         "dht_background_failures",
         "Late replica writes and read repairs that failed after the client's answer",
         status["background_failures"],

@@ -259,6 +259,7 @@ class Node:
             if self.lean is None
             else {"connections": len(self.lean.connections), "handed_off": self.lean.handed_off},
             "read_repairs": self.coordinator.counters.read_repairs,
+            "restamped_writes": self.coordinator.counters.restamped_writes,
             "background_failures": self.coordinator.counters.background_failures,
             "hints_delivered": self.hint_delivery.delivered,
             "hints_dropped": self.hints.dropped,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -35,6 +36,10 @@ from dht.storage.store import Storage
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# How many times one client write is sent again with a newer version after a replica
+# kept a newer record over it (`Coordinator._write`).
+RESTAMPS = 3
 
 
 class Status(enum.Enum):
@@ -269,6 +274,13 @@ class Coordinator:
         success: Status,
         settled: Callable[[], None] | None = None,
     ) -> Outcome:
+        """Sends `record` to every replica and answers once `ack` stored it or kept a
+        newer record. A replica among those that kept a newer record means the version
+        this node's clock gave the write is older than a write that may have been
+        acknowledged before this one began (its clock is behind, or it restarted and has
+        not heard its peers' newer versions yet): the write would be acknowledged and
+        lost. So this node learns that replica's version and sends the write again
+        with a newer one, up to RESTAMPS times (SPEC.md rule 9.13)."""
         quorums = self._quorums(key, replicas)
         targets = union([nodes for nodes, _ in quorums])
         if targets == [self._self_url]:
@@ -277,6 +289,37 @@ class Coordinator:
             if settled is not None:
                 settled()
             return refusal
+        settling = _Settling(settled)
+        try:
+            for round_ in range(RESTAMPS + 1):
+                tally = self._send_write(key, record, targets, quorums)
+                settling.watch(tally)
+                await tally.decision()
+                if not tally.quorum_met:
+                    if tally.no_space:
+                        return Outcome(Status.INSUFFICIENT_STORAGE)
+                    return Outcome(Status.NOT_ENOUGH_REPLICAS)
+                kept = [url for url, stored in tally.answers.items() if not stored]
+                if not kept or round_ == RESTAMPS:
+                    # After RESTAMPS rounds, what each replica kept came from writes
+                    # running at the same time as this one (this node's clock had
+                    # passed every version held when the round before began), and
+                    # either order of two concurrent writes is right.
+                    return Outcome(success)
+                if not await self._learn_versions(key, kept):
+                    return Outcome(Status.NOT_ENOUGH_REPLICAS)
+                try:
+                    record = dataclasses.replace(record, version=self._clock.now())
+                except DiskFull:
+                    return Outcome(Status.INSUFFICIENT_STORAGE)
+                self.counters.restamped_writes += 1
+            raise AssertionError("unreachable: the last round returns")
+        finally:
+            settling.close()
+
+    def _send_write(
+        self, key: bytes, record: Record, targets: list[str], quorums: list[tuple[list[str], int]]
+    ) -> Tally[bool]:
         tally: Tally[bool] = Tally(quorums, self.counters)
         for url in targets:
             if url != self._self_url:
@@ -285,14 +328,36 @@ class Coordinator:
                 tally.watch(url, future)
         if self._self_url in targets:
             self._locally(tally, lambda: self._storage.write(key, record))
-        if settled is not None:
-            tally.when_settled(settled)
-        await tally.decision()
-        if not tally.quorum_met:
-            if tally.no_space:
-                return Outcome(Status.INSUFFICIENT_STORAGE)
-            return Outcome(Status.NOT_ENOUGH_REPLICAS)
-        return Outcome(success)
+        return tally
+
+    async def _learn_versions(self, key: bytes, urls: list[str]) -> bool:
+        """Moves this node's clock past the records of `key` that the replicas `urls`
+        hold (they kept them over a write of this node's); says whether at least one of
+        them was heard. Its own replica's record is read from storage: what it kept
+        may have come by a handoff, which moves no clock."""
+        heard = False
+        reads = [self._peers[url].get(key) for url in urls if url != self._self_url]
+        if self._self_url in urls:
+            try:
+                if (own := self._storage.get(key)) is not None:
+                    self._clock.observe(own.version)
+                heard = True
+            except (VersionAhead, DiskFull) as exc:
+                self._refusals.warning("restamp", "could not take this node's version: %s", exc)
+        for url, answer in zip(
+            [url for url in urls if url != self._self_url],
+            await asyncio.gather(*reads, return_exceptions=True),
+            strict=True,
+        ):
+            if isinstance(answer, BaseException):
+                log_replica_failure(url, answer)
+                continue
+            try:
+                self._accept_remote(url, answer)
+            except PeerError:
+                continue
+            heard = True
+        return heard
 
     async def _write_here(
         self,
@@ -303,11 +368,19 @@ class Coordinator:
     ) -> Outcome:
         """A write whose only replica is this node: stored, with no fan-out or tally (the
         outcomes are the tally's for one local replica: a full volume is 507, any other
-        failure 504)."""
+        failure 504). Kept over a newer record, it is stored again past it, as `_write`
+        does."""
         try:
-            stored = self._storage.write(key, record)
-            if isinstance(stored, asyncio.Future):
-                await stored
+            for round_ in range(RESTAMPS + 1):
+                stored = self._storage.write(key, record)
+                if isinstance(stored, asyncio.Future):
+                    stored = await stored
+                if stored or round_ == RESTAMPS:
+                    break
+                if not await self._learn_versions(key, [self._self_url]):
+                    return Outcome(Status.NOT_ENOUGH_REPLICAS)
+                record = dataclasses.replace(record, version=self._clock.now())
+                self.counters.restamped_writes += 1
         except DiskFull as exc:
             self._refusals.warning("disk-full", "writes refused: %s", exc)
             return Outcome(Status.INSUFFICIENT_STORAGE)
@@ -402,3 +475,24 @@ class _ReadRepair:
                     continue
             self._coordinator.repair(url, self._key, winner)
             self._heard[url] = winner
+
+
+class _Settling:
+    """Calls `settled` once every round's replica calls have ended and no round is to
+    come (`close`): a write sent again holds its value in more than one round."""
+
+    def __init__(self, settled: Callable[[], None] | None) -> None:
+        self._settled = settled
+        self._open = 1  # the write itself, until `close`
+
+    def watch(self, tally: Tally[bool]) -> None:
+        self._open += 1
+        tally.when_settled(self._one_ended)
+
+    def close(self) -> None:
+        self._one_ended()
+
+    def _one_ended(self) -> None:
+        self._open -= 1
+        if self._open == 0 and self._settled is not None:
+            self._settled()

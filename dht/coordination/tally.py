@@ -27,6 +27,8 @@ T = TypeVar("T")
 class Counters:
     read_repairs: int = 0
     background_failures: int = 0
+    # Client writes sent again with a newer version after a replica kept a newer record.
+    restamped_writes: int = 0
 
 
 def log_replica_failure(url: str, error: BaseException) -> None:
