@@ -1,6 +1,6 @@
 """Benchmark: the CPU cost of one replica call, both ends in one process.
 
-A client (`dht.replication.peers.Peer`: breaker, deadline, replica channel) calls a server end
+A client (`dht.transport.peers.Peer`: breaker, deadline, replica channel) calls a server end
 (`ServerConnection` over `InternalApi` on a real LevelDB) across loopback TCP, with
 `--in-flight` calls outstanding at a time, on uvloop. CPU time (user + system) divided by
 calls is what one replica write or read costs a cluster, sender and receiver together.
@@ -29,11 +29,11 @@ from dht.model.clock import HybridClock
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
-from dht.replication.channel_server import ServerConnection
-from dht.replication.peers import Peer
-from dht.replication.protocol import MESSAGE_OVERHEAD
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
+from dht.transport.channel_server import ServerConnection
+from dht.transport.peers import Peer
+from dht.transport.protocol import MESSAGE_OVERHEAD
 from dht.web.internal_api import InternalApi
 
 HOST = "127.0.0.1"

@@ -2,7 +2,7 @@
 connection, a reset, a silent link and a trickling link each fail every call within the
 deadline (a reset one at once), nothing hangs, and the link serves again after the heal.
 
-The calls come from this test process through `dht.replication.peers.Peer` (deadline, breaker and
+The calls come from this test process through `dht.transport.peers.Peer` (deadline, breaker and
 channel as a node uses them), to a real node across a real Toxiproxy link. The fault is
 put on the link of an open channel and the calls are sent into it at once: a toxic
 added while answers sit in another toxic (a latency) would release them, as Toxiproxy
@@ -25,7 +25,7 @@ from dht.conformance.rules import rule
 from dht.model.clock import HybridClock
 from dht.model.record import Record
 from dht.model.ring import Ring
-from dht.replication.peers import Peer, PeerError
+from dht.transport.peers import Peer, PeerError
 from tests.fixtures import ChaosClusterFactory
 
 IN_FLIGHT = 200

@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                 config.port,
             )
 
-        from dht.replication.tls import TlsSetupError
         from dht.storage.store import StorageUnavailable
+        from dht.transport.tls import TlsSetupError
 
         try:
             run_node(config)

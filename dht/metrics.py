@@ -33,7 +33,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from dht.replication.breaker import State
+from dht.transport.breaker import State
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Metrics"]
 
@@ -64,7 +64,7 @@ _BOUNDS = [*(repr(bound) for bound in LATENCY_BUCKETS), "+Inf"]
 # The client operations, by the names `dht.web.client_api` gives its routes.
 OPERATIONS = ("get", "put", "delete", "range")
 
-# How a replica call ended (dht.replication.peers): answered, failed (connection lost,
+# How a replica call ended (dht.transport.peers): answered, failed (connection lost,
 # refused, a bad answer), out of time, not sent (circuit open), or abandoned by its caller.
 CALL_OUTCOMES = ("ok", "error", "timeout", "circuit_open", "cancelled")
 

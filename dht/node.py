@@ -27,11 +27,11 @@ from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
 from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
-from dht.replication.peers import Peer, Peers
-from dht.replication.protocol import MESSAGE_OVERHEAD
-from dht.replication.tls import load_contexts
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
+from dht.transport.peers import Peer, Peers
+from dht.transport.protocol import MESSAGE_OVERHEAD
+from dht.transport.tls import load_contexts
 from dht.web.admission import BodyPace, ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi

@@ -49,16 +49,16 @@ from dht.conformance.peer_tools import (
     replica_call,
 )
 from dht.model.record import Record
-from dht.replication.messages import (
+from dht.testbed.certificates import LocalCA
+from dht.testbed.namespaces import die_with_parent
+from dht.testbed.node_template import COURSE_HOST, NUMERIC_HOST, node_argv, topology_url
+from dht.testbed.toxiproxy import free_ports
+from dht.transport.messages import (
     Answer,
     GetRecord,
     PutRecord,
     Refused,
 )
-from dht.testbed.certificates import LocalCA
-from dht.testbed.namespaces import die_with_parent
-from dht.testbed.node_template import COURSE_HOST, NUMERIC_HOST, node_argv, topology_url
-from dht.testbed.toxiproxy import free_ports
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from dht.config import NodeConfig
 from dht.conformance.http_client import HOST, Response, request
 from dht.model.record import Record, decode
 from dht.model.ring import ring_identity
-from dht.replication.messages import (
+from dht.transport.messages import (
     PROTOCOL_VERSION,
     Answer,
     Challenge,
@@ -30,9 +30,9 @@ from dht.replication.messages import (
     Request,
     Stored,
 )
-from dht.replication.proof import Side, new_nonce, proof, request_proof
-from dht.replication.protocol import Frame, ReplicaCodec, Role
-from dht.replication.wire import FRAME_LENGTH, PROOF_HEADER, RECORDS_PATH
+from dht.transport.proof import Side, new_nonce, proof, request_proof
+from dht.transport.protocol import Frame, ReplicaCodec, Role
+from dht.transport.wire import FRAME_LENGTH, PROOF_HEADER, RECORDS_PATH
 
 
 class PeerSide(Protocol):
@@ -175,7 +175,7 @@ def proof_header(
 
 
 def decode_frames(body: bytes) -> dict[str, Record]:
-    """The internal range stream (dht.replication.wire): frames of key length (4 bytes big-endian),
+    """The internal range stream (dht.transport.wire): frames of key length (4 bytes big-endian),
     key, record length, record. Raises ValueError if the stream is cut inside a frame."""
     records: dict[str, Record] = {}
     position = 0

@@ -16,8 +16,8 @@ from typing import Protocol
 
 from dht.model.record import Record
 from dht.model.topology import Topology
-from dht.replication.peers import Peer, PeerError
 from dht.storage.store import Storage
+from dht.transport.peers import Peer, PeerError
 
 log = logging.getLogger(__name__)
 

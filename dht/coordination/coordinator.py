@@ -1,7 +1,7 @@
 """One client request -> fan-out to its replicas -> acks -> one merged answer.
 
 The coordinator sends a request to all F replicas at once (itself through storage, the
-others through `dht.replication.peers`), answers as soon as A succeeded or as soon as that became
+others through `dht.transport.peers`), answers as soon as A succeeded or as soon as that became
 impossible, and leaves the rest running in the background: writes go on to every
 replica, reads go on to repair stale replicas. It returns outcomes; only the HTTP layer
 turns them into status codes.
@@ -28,10 +28,10 @@ from dht.model.record import MAX_COPIES, Record, newest
 from dht.model.replicas import ReplicaCount
 from dht.model.topology import union
 from dht.replication.hints import HintStore
-from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
+from dht.transport.peers import PeerError, Peers
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Outcome:
 
 class Coordinator:
     """Fans each client operation out to its replicas. Replica calls are futures resolved
-    by callbacks (`dht.replication.peers`); a `Tally` (`dht.coordination.tally`) counts
+    by callbacks (`dht.transport.peers`); a `Tally` (`dht.coordination.tally`) counts
     their answers, so a request costs no task per replica, and what happens after the
     client's answer (the rest of a write, hints for missed replicas, read repair of late
     answers) is callbacks too."""

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dht.replication.peers import PeerError, ReplicaFull
 from dht.storage.disk import DiskFull
+from dht.transport.peers import PeerError, ReplicaFull
 
 log = logging.getLogger(__name__)
 

@@ -1,3 +1,3 @@
-"""Talking to other nodes and keeping replicas together: the replica channel (protocol and
-connections), peers with their breakers and deadlines, hints, anti-entropy and tombstone
-collection."""
+"""Keeping replicas together, over the transport: hints, anti-entropy, tombstone
+collection, the handoff after a membership change, and the fences that stop a node
+serving from data it must not answer from."""

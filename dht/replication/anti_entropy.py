@@ -35,10 +35,10 @@ from dht.model.clock import HybridClock, VersionAhead
 from dht.model.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
 from dht.model.record import Record, newest
 from dht.replication.background import OwnedTask
-from dht.replication.peers import PeerError, Peers, VersionRefused
-from dht.replication.wire import EXCHANGE_PATH
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
+from dht.transport.peers import PeerError, Peers, VersionRefused
+from dht.transport.wire import EXCHANGE_PATH
 
 log = logging.getLogger(__name__)
 

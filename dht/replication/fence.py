@@ -38,9 +38,9 @@ import aiohttp
 from dht.model.clock_offset import Offset, clock_fence
 from dht.model.topology import TopologyState, removed
 from dht.replication.background import OwnedTask
-from dht.replication.peers import Peer, PeerError, Peers
-from dht.replication.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.storage.membership import Membership, save_json
+from dht.transport.peers import Peer, PeerError, Peers
+from dht.transport.wire import CLOCK_HEADER, TOPOLOGY_PATH
 
 log = logging.getLogger(__name__)
 

@@ -51,10 +51,10 @@ from dht.model.ring import Ring
 from dht.model.topology import HANDOFF, JOINT, STABLE, TopologyState
 from dht.replication.anti_entropy import Pace
 from dht.replication.background import OwnedTask
-from dht.replication.peers import PeerError, Peers, VersionRefused
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership, save_json
 from dht.storage.store import Storage
+from dht.transport.peers import PeerError, Peers, VersionRefused
 
 log = logging.getLogger(__name__)
 

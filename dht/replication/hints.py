@@ -22,9 +22,9 @@ from typing import Any
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record, decode, encode
 from dht.replication.background import OwnedTask
-from dht.replication.peers import PeerError, Peers
 from dht.storage.disk import DiskFull, DiskSpace
 from dht.storage.store import put_or_disk_full
+from dht.transport.peers import PeerError, Peers
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Local storage on LevelDB (plyvel): records under one prefix, hints under another, the
 digest index of the records under a third, and the nonces of internal requests taken
-lately (dht/replication/proof.py, `SeenNonces`) under a fourth.
+lately (dht/transport/proof.py, `SeenNonces`) under a fourth.
 
 The digest index holds, for every record, its version, digest and copies (dht/model/merkle.py)
 under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
@@ -268,7 +268,7 @@ class Storage:
         cannot be made."""
         self._ceiling.save(ceiling)
 
-    # -- the nonces of internal requests taken (dht.replication.proof.NonceStore) ----------
+    # -- the nonces of internal requests taken (dht.transport.proof.NonceStore) ----------
 
     def kept_nonces(self) -> list[tuple[int, bytes]]:
         """Every nonce `remember_nonce` saved and `forget_nonces` did not remove, with

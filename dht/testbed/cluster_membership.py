@@ -232,7 +232,7 @@ def free_port_after(host: str, port: int) -> int:
 
 def topology_state(urls: list[str]) -> TopologyState:
     """The membership state of the first of `urls` that answers."""
-    from dht.replication.wire import TOPOLOGY_PATH
+    from dht.transport.wire import TOPOLOGY_PATH
 
     errors = []
     for url in urls:

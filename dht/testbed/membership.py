@@ -37,7 +37,7 @@ from dht.model.topology import (
     data_at_risk,
     steps_to_resume,
 )
-from dht.replication.wire import TOPOLOGY_PATH, proving
+from dht.transport.wire import TOPOLOGY_PATH, proving
 
 POLL = 0.2
 # A node that does not answer at all for this long stops the change (SPEC.md rule 13.8).

@@ -19,11 +19,14 @@ from aiohttp import web
 from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
-from dht.replication.channel_server import ReplicaRefusal
-from dht.replication.messages import PROTOCOL_VERSION, Hello, Why
-from dht.replication.proof import SeenNonces, Side, check_request, proof, unfit_proof
-from dht.replication.tls import NO_CERTIFICATE, TLS_ONLY, TlsRefusals
-from dht.replication.wire import (
+from dht.storage.disk import DiskFull
+from dht.storage.membership import Membership
+from dht.storage.store import Storage
+from dht.transport.channel_server import ReplicaRefusal
+from dht.transport.messages import PROTOCOL_VERSION, Hello, Why
+from dht.transport.proof import SeenNonces, Side, check_request, proof, unfit_proof
+from dht.transport.tls import NO_CERTIFICATE, TLS_ONLY, TlsRefusals
+from dht.transport.wire import (
     EXCHANGE_PATH,
     PROOF_HEADER,
     RECORD_CONTENT_TYPE,
@@ -31,9 +34,6 @@ from dht.replication.wire import (
     RING_HEADER,
     encode_frame,
 )
-from dht.storage.disk import DiskFull
-from dht.storage.membership import Membership
-from dht.storage.store import Storage
 from dht.web.client_api import required
 from dht.web.server import Params, Route, start_stream, text
 
@@ -79,7 +79,7 @@ class InternalApi:
         # node does not own), set by the node.
         self.on_stored: Callable[[bytes, Record], None] | None = None
 
-    # -- the replica channel (dht.replication.channel_server.ServerConnection calls these) --
+    # -- the replica channel (dht.transport.channel_server.ServerConnection calls these) --
 
     def admit(self, hello: Hello) -> str | None:
         if hello.version != PROTOCOL_VERSION:

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dht.model.log_limits import RateLimitedLog
-from dht.replication.channel_server import ProtocolSniffer, ReplicaService, ServerConnection
-from dht.replication.handshakes import Handshakes
-from dht.replication.protocol import Budget
-from dht.replication.tls import TlsContexts
+from dht.transport.channel_server import ProtocolSniffer, ReplicaService, ServerConnection
+from dht.transport.handshakes import Handshakes
+from dht.transport.protocol import Budget
+from dht.transport.tls import TlsContexts
 from dht.web.lean_http import LeanHttp
 
 
@@ -60,7 +60,7 @@ class SharedPortSite(web.BaseSite):
         assert http is not None
         if self._lean is not None:
             self._lean.start()
-        garbage = RateLimitedLog(logging.getLogger("dht.replication.channel_server"))
+        garbage = RateLimitedLog(logging.getLogger("dht.transport.channel_server"))
         handshakes = Handshakes(garbage)
 
         def channel() -> ServerConnection:

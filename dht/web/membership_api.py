@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from dht.model.topology import BadTransition, TopologyState
-from dht.replication.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.storage.membership import Membership
+from dht.transport.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.web.server import Params, Route, text
 
 StepTaker = Callable[[TopologyState], Awaitable[bool]]

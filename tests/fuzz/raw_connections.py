@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from dht.conformance.http_client import HOST
 from dht.conformance.launcher import Node
-from dht.replication.messages import Event
-from dht.replication.protocol import ReplicaCodec
+from dht.transport.messages import Event
+from dht.transport.protocol import ReplicaCodec
 
 STALL_DEADLINE = 15.0
 

@@ -47,7 +47,7 @@ from dht.conformance.peer_tools import (
 )
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record, decode, encode_header
-from dht.replication.messages import (
+from dht.transport.messages import (
     PROTOCOL_VERSION,
     Challenge,
     Event,
@@ -59,9 +59,9 @@ from dht.replication.messages import (
     Stored,
     Welcome,
 )
-from dht.replication.proof import PROOF_BYTES, Side, proof
-from dht.replication.protocol import PREFACE, ReplicaCodec, Role
-from dht.replication.wire import FRAME_LENGTH
+from dht.transport.proof import PROOF_BYTES, Side, proof
+from dht.transport.protocol import PREFACE, ReplicaCodec, Role
+from dht.transport.wire import FRAME_LENGTH
 from tests.fuzz.channel_streams import Stream, frames_of, peer_streams, stranger_streams
 from tests.fuzz.raw_connections import STALL_DEADLINE, Connection, events_in, exchange
 

@@ -18,7 +18,7 @@ from dht.conformance.peer_tools import internal_request
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.messages import Stored
+from dht.transport.messages import Stored
 
 pytestmark = pytest.mark.dht
 

@@ -15,8 +15,8 @@ from dht.conformance.peer_tools import open_channel, send_frames
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.messages import Failed, GetRecord, PutRecord, RecordFound, Stored, Welcome, Why
-from dht.replication.protocol import ReplicaCodec
+from dht.transport.messages import Failed, GetRecord, PutRecord, RecordFound, Stored, Welcome, Why
+from dht.transport.protocol import ReplicaCodec
 
 pytestmark = pytest.mark.dht
 

@@ -22,7 +22,7 @@ from dht.conformance.peer_tools import peer_hello, replica_call
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.messages import PutRecord, Refused
+from dht.transport.messages import PutRecord, Refused
 from tests.launcher import interrupt
 
 pytestmark = pytest.mark.dht

@@ -17,7 +17,7 @@ from dht.conformance.http_client import expect, request
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
 from dht.model.record import Record
-from dht.replication.messages import Stored
+from dht.transport.messages import Stored
 
 pytestmark = pytest.mark.dht
 

@@ -21,7 +21,7 @@ from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.http_client import request, wait_for
 from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
-from dht.replication.messages import RecordFound
+from dht.transport.messages import RecordFound
 
 pytestmark = pytest.mark.dht
 

@@ -22,7 +22,7 @@ from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.model.ring import Ring
-from dht.replication.messages import Stored
+from dht.transport.messages import Stored
 from tests.launcher import run_module
 
 pytestmark = pytest.mark.dht

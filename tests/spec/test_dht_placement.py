@@ -14,7 +14,7 @@ from dht.conformance.http_client import wait_for
 from dht.conformance.launcher import Cluster
 from dht.conformance.rules import rule
 from dht.model.record import Record
-from dht.replication.messages import RecordAbsent, RecordFound, Stored
+from dht.transport.messages import RecordAbsent, RecordFound, Stored
 
 pytestmark = pytest.mark.dht
 

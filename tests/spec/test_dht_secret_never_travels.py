@@ -18,10 +18,10 @@ from dht.conformance.peer_tools import peer_hello
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.messages import Challenge, Proof, PutRecord, Refused, Welcome
-from dht.replication.proof import Side, proof
-from dht.replication.protocol import Frame, ReplicaCodec, Role
 from dht.testbed.toxiproxy import free_ports
+from dht.transport.messages import Challenge, Proof, PutRecord, Refused, Welcome
+from dht.transport.proof import Side, proof
+from dht.transport.protocol import Frame, ReplicaCodec, Role
 
 pytestmark = pytest.mark.dht
 

@@ -16,7 +16,7 @@ from dht.conformance.peer_tools import open_channel, send_frames
 from dht.conformance.rules import rule
 from dht.model.clock import version_at
 from dht.model.record import Record
-from dht.replication.messages import PutRecord, Stored, Welcome
+from dht.transport.messages import PutRecord, Stored, Welcome
 
 pytestmark = pytest.mark.dht
 

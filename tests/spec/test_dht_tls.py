@@ -14,10 +14,10 @@ from dht.conformance.http_client import HOST, expect, request, wait_for
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.peer_tools import internal_request, peer_hello, records_url
 from dht.conformance.rules import rule
-from dht.replication.messages import Refused
-from dht.replication.protocol import ReplicaCodec, Role
 from dht.testbed.certificates import LocalCA
 from dht.testbed.toxiproxy import free_ports
+from dht.transport.messages import Refused
+from dht.transport.protocol import ReplicaCodec, Role
 from tests.launcher import run_module
 
 pytestmark = pytest.mark.dht

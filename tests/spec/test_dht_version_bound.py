@@ -11,7 +11,7 @@ from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from dht.model.clock import MAX_VERSION, version_at, version_ms, wall_clock_ms
 from dht.model.record import Record
-from dht.replication.messages import Failed, RecordFound, Stored
+from dht.transport.messages import Failed, RecordFound, Stored
 
 pytestmark = pytest.mark.dht
 

@@ -126,7 +126,7 @@ def test_log_problems_leaves_out_the_start_warning() -> None:
     lines = [
         "12:00 WARNING dht: no --secret: this node takes replica writes",
         "12:00 INFO dht: serving",
-        "12:01 WARNING dht.replication.peers: circuit to http://x opened",
+        "12:01 WARNING dht.transport.peers: circuit to http://x opened",
         "12:02 ERROR dht.replication.anti_entropy: anti-entropy with x failed",
         "Traceback (most recent call last):",
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dht.replication.breaker import Breaker, State
+from dht.transport.breaker import Breaker, State
 
 THRESHOLD = 3
 COOLDOWN = 2.0

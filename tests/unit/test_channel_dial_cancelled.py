@@ -1,12 +1,12 @@
-"""The replica channel's dial (dht.replication.channel) closed while its handshake is
+"""The replica channel's dial (dht.transport.channel) closed while its handshake is
 under way leaves no connection open."""
 
 from __future__ import annotations
 
 import asyncio
 
-from dht.replication.channel import PeerError, ReplicaChannel
-from dht.replication.messages import PROTOCOL_VERSION, Answer, GetRecord, Hello
+from dht.transport.channel import PeerError, ReplicaChannel
+from dht.transport.messages import PROTOCOL_VERSION, Answer, GetRecord, Hello
 
 HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:1", "ring", b"")
 

@@ -1,5 +1,5 @@
 """A peer that half-closes its replica channel gets every answer, and the connection
-closes once none is left to give (dht/replication/channel_server.py): also when the
+closes once none is left to give (dht/transport/channel_server.py): also when the
 write it waited for ends with no answer at all (its future cancelled)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
-from dht.replication.channel_server import ServerConnection
-from dht.replication.messages import Hello, PutRecord
-from dht.replication.proof import Side
+from dht.transport.channel_server import ServerConnection
+from dht.transport.messages import Hello, PutRecord
+from dht.transport.proof import Side
 
 
 class Transport:

@@ -12,9 +12,9 @@ import pytest
 
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
-from dht.replication.peers import PeerError
-from dht.replication.wire import CLOCK_HEADER
 from dht.storage.membership import Membership
+from dht.transport.peers import PeerError
+from dht.transport.wire import CLOCK_HEADER
 
 NOW = 1_700_000_000_000
 BOUND_MS = 60_000

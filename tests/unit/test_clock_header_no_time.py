@@ -10,8 +10,8 @@ import pytest
 
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
-from dht.replication.wire import CLOCK_HEADER
 from dht.storage.membership import Membership
+from dht.transport.wire import CLOCK_HEADER
 
 NOW = 1_700_000_000_000
 URLS = ["http://n1:1", "http://n2:2", "http://n3:3"]

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 from dht.coordination.coordinator import Coordinator, Status
 from dht.model.clock import HybridClock
 from dht.replication.hints import HintStore
-from dht.replication.peers import PeerError
 from dht.storage.disk import DiskSpace
 from dht.storage.store import Storage
+from dht.transport.peers import PeerError
 
 WALL_MS = 1_700_000_000_000
 SELF = "http://self"

@@ -1,4 +1,4 @@
-"""A replica call's deadline (dht.replication.peers): `--timeout`, plus time to travel for
+"""A replica call's deadline (dht.transport.peers): `--timeout`, plus time to travel for
 a large request, and for a large answer by the bytes of it received. The channel is a
 stand-in that says how much of each answer has arrived; the loop's timers are real, at
 a scale of a tenth of a second."""
@@ -13,11 +13,11 @@ import pytest
 
 from dht.config import NodeConfig
 from dht.model.record import Record
-from dht.replication.channel import OnAnswer
-from dht.replication.messages import Answer, Failed, RecordFound, Request, Stored, Why
-from dht.replication.peer_call import SLOWEST_TRANSFER, transfer_time
-from dht.replication.peers import Peer, PeerError
-from dht.replication.protocol import FRAGMENT_BYTES
+from dht.transport.channel import OnAnswer
+from dht.transport.messages import Answer, Failed, RecordFound, Request, Stored, Why
+from dht.transport.peer_call import SLOWEST_TRANSFER, transfer_time
+from dht.transport.peers import Peer, PeerError
+from dht.transport.protocol import FRAGMENT_BYTES
 
 TIMEOUT = 0.2
 SLACK = 0.15  # timers firing late on a loaded machine

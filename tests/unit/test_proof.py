@@ -1,9 +1,9 @@
-"""The replica channel's proof of the cluster secret (dht.replication.proof): the secret
+"""The replica channel's proof of the cluster secret (dht.transport.proof): the secret
 never travels, and no proof is worth anything outside its own handshake."""
 
 from __future__ import annotations
 
-from dht.replication.proof import NONCE_BYTES, PROOF_BYTES, Side, new_nonce, proof, proves
+from dht.transport.proof import NONCE_BYTES, PROOF_BYTES, Side, new_nonce, proof, proves
 
 CLIENT_NONCE, SERVER_NONCE = b"c" * NONCE_BYTES, b"s" * NONCE_BYTES
 SENDER, RING = "http://10.0.0.1:8080", "0123456789abcdef"

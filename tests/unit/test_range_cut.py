@@ -10,7 +10,7 @@ from dht.coordination.cluster_range import RangeIncomplete, RecordSource, merge_
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.model.topology import Topology
-from dht.replication.peers import PeerError
+from dht.transport.peers import PeerError
 
 NODES = [f"http://127.0.0.1:{8080 + index}" for index in range(5)]
 SHRINK = Topology(Ring(NODES, 16), Ring(NODES[2:], 16))  # joint(5 nodes -> the last 3)

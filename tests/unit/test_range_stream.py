@@ -15,8 +15,8 @@ from aiohttp import web
 
 from dht.config import NodeConfig
 from dht.model.record import Record
-from dht.replication.peers import Peer, PeerError
-from dht.replication.wire import RECORDS_PATH, encode_frame
+from dht.transport.peers import Peer, PeerError
+from dht.transport.wire import RECORDS_PATH, encode_frame
 
 HOST = "127.0.0.1"
 MAX_VALUE = 1024 * 1024

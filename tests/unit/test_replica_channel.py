@@ -1,4 +1,4 @@
-"""The replica channel's client end (dht.replication.channel) over a transport whose peer
+"""The replica channel's client end (dht.transport.channel) over a transport whose peer
 does not drain it: what a large write that passed its deadline leaves behind."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Callable
 
 from dht.model.record import Record
-from dht.replication.channel import ClientConnection, PeerError
-from dht.replication.messages import (
+from dht.transport.channel import ClientConnection, PeerError
+from dht.transport.messages import (
     PROTOCOL_VERSION,
     Answer,
     Challenge,
@@ -17,7 +17,7 @@ from dht.replication.messages import (
     PutRecord,
     Request,
 )
-from dht.replication.protocol import FRAGMENT_BYTES, ReplicaCodec, Role
+from dht.transport.protocol import FRAGMENT_BYTES, ReplicaCodec, Role
 from dht.web.admission import ByteBudget
 
 LIMIT = 1 << 24

@@ -1,4 +1,4 @@
-"""The replica channel's codec (dht.replication.protocol): plain bytes in and out, no sockets."""
+"""The replica channel's codec (dht.transport.protocol): plain bytes in and out, no sockets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dht.model.record import Record, encode_header
-from dht.replication.messages import (
+from dht.transport.messages import (
     PROTOCOL_VERSION,
     Challenge,
     ChannelMisuse,
@@ -29,7 +29,7 @@ from dht.replication.messages import (
     Welcome,
     Why,
 )
-from dht.replication.protocol import (
+from dht.transport.protocol import (
     FRAGMENT_BYTES,
     HANDSHAKE_BYTES,
     PREFACE,

@@ -1,4 +1,4 @@
-"""The nonce cache of internal HTTP requests (dht.replication.proof, SPEC.md rule 11.4):
+"""The nonce cache of internal HTTP requests (dht.transport.proof, SPEC.md rule 11.4):
 what the review of issue 29 found, each fixed; and its nonces kept across a restart."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from dht.replication.proof import (
+from dht.storage.disk import DiskFull
+from dht.storage.store import Storage
+from dht.transport.proof import (
     REQUEST_WINDOW_MS,
     SeenNonces,
     check_request,
     new_nonce,
     request_proof,
 )
-from dht.storage.disk import DiskFull
-from dht.storage.store import Storage
 
 SECRET = "s3cret"
 NOW = 1_700_000_000_000

@@ -1,5 +1,5 @@
 """The replica channel's server end: this node answering its peers' record calls
-(`dht.replication.channel` is the client end).
+(`dht.transport.channel` is the client end).
 
 `ServerConnection` answers reads synchronously from storage (a LevelDB point operation
 each), so a batch of requests that arrived together is answered in one write, with no
@@ -7,12 +7,12 @@ task per call; a write is answered once storage has it on the disk (group commit
 peer that half-closes still gets every answer. When the client stops reading, the server
 stops reading from it too.
 Until its handshake is done a connection is a stranger's: it may send one small HELLO,
-then one PROOF of the cluster secret (`dht.replication.proof`) and nothing else, within a
-deadline (`dht.replication.handshakes`).
+then one PROOF of the cluster secret (`dht.transport.proof`) and nothing else, within a
+deadline (`dht.transport.handshakes`).
 
 `ProtocolSniffer` lets one port serve HTTP and the channel: a connection whose first
 byte is 0x00 (never the start of an HTTP request) is a replica channel, any other is
-handed to aiohttp. With TLS between nodes (`dht.replication.tls`), a connection whose
+handed to aiohttp. With TLS between nodes (`dht.transport.tls`), a connection whose
 first byte is 0x16 (a TLS ClientHello) is TLS, and inside it the first byte decides
 again; a channel then needs the peer's certificate, checked against the cluster's CA.
 """
@@ -31,9 +31,9 @@ import uvloop.loop
 
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
-from dht.replication.connection import Connection
-from dht.replication.handshakes import HANDSHAKE_DEADLINE, Handshakes
-from dht.replication.messages import (
+from dht.transport.connection import Connection
+from dht.transport.handshakes import HANDSHAKE_DEADLINE, Handshakes
+from dht.transport.messages import (
     Challenge,
     Failed,
     GetRecord,
@@ -49,9 +49,9 @@ from dht.replication.messages import (
     Welcome,
     Why,
 )
-from dht.replication.proof import NONCE_BYTES, Side, new_nonce, proves
-from dht.replication.protocol import PREFACE, Budget, ReplicaCodec, Role
-from dht.replication.tls import (
+from dht.transport.proof import NONCE_BYTES, Side, new_nonce, proves
+from dht.transport.protocol import PREFACE, Budget, ReplicaCodec, Role
+from dht.transport.tls import (
     NO_CERTIFICATE,
     TLS_HANDSHAKE,
     TLS_ONLY,

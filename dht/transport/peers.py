@@ -1,6 +1,6 @@
-"""Talking to other nodes: a replica channel per peer (`dht.replication.channel`) for record
+"""Talking to other nodes: a replica channel per peer (`dht.transport.channel`) for record
 reads and writes, an HTTP session per peer for its local range stream
-(`dht.replication.range_stream`), a deadline on every call and a circuit breaker per
+(`dht.transport.range_stream`), a deadline on every call and a circuit breaker per
 peer."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from yarl import URL
 from dht.config import NodeConfig
 from dht.model.keys import query_value
 from dht.model.record import Record
-from dht.replication.breaker import Breaker, State
-from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
-from dht.replication.messages import (
+from dht.transport.breaker import Breaker, State
+from dht.transport.channel import PeerError, ReplicaChannel, ReplicaFull
+from dht.transport.messages import (
     PROTOCOL_VERSION,
     Answer,
     GetRecord,
@@ -31,16 +31,16 @@ from dht.replication.messages import (
     PutRecord,
     Request,
 )
-from dht.replication.peer_call import (
+from dht.transport.peer_call import (
     PendingCall,
     VersionRefused,
     is_large,
     record_of,
     stored_of,
 )
-from dht.replication.protocol import MESSAGE_OVERHEAD, Budget
-from dht.replication.range_stream import RecordStream
-from dht.replication.wire import RECORDS_PATH, RING_HEADER, proving
+from dht.transport.protocol import MESSAGE_OVERHEAD, Budget
+from dht.transport.range_stream import RecordStream
+from dht.transport.wire import RECORDS_PATH, RING_HEADER, proving
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Peer:
     ) -> None:
         """`budget`: the node's byte budget, which counts a large write given up on
         midway until its last fragments have left; `tls`: the context every connection
-        to the peer is made with (`dht.replication.tls`), or None for plain TCP."""
+        to the peer is made with (`dht.transport.tls`), or None for plain TCP."""
         self.url = url
         # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
         self.observe_call: CallObserver = _unobserved

@@ -12,7 +12,7 @@ Every frame: body length (u32), op (u8, high bit `MORE` = more fragments follow)
 id (u32), body. A message whose body is larger than `FRAGMENT_BYTES` travels as several
 frames with the same op and call id, so a large value can be interleaved with small
 calls instead of holding them behind it; no frame's body is larger. Call id 0 is the
-handshake. The messages and each op's body are `dht.replication.messages`.
+handshake. The messages and each op's body are `dht.transport.messages`.
 
 Before the handshake is done a peer is nobody: its frames must be the handshake's, in
 order (HELLO, then PROOF, to a server; CHALLENGE, then WELCOME, to a client, or REFUSED
@@ -28,7 +28,7 @@ import struct
 from typing import Protocol
 
 from dht.model.record import CorruptRecord
-from dht.replication.messages import (
+from dht.transport.messages import (
     HANDSHAKE_CALL,
     Challenge,
     ChannelMisuse,

@@ -1,8 +1,8 @@
-"""The replica channel's messages: the events a `ReplicaCodec` (`dht.replication.protocol`)
+"""The replica channel's messages: the events a `ReplicaCodec` (`dht.transport.protocol`)
 hands out and takes, each op's body, and the errors of both (sans-I/O).
 
 Every event is one message of one op; call id 0 is the handshake, in which each end
-proves it knows the cluster secret without sending it (`dht.replication.proof`). A
+proves it knows the cluster secret without sending it (`dht.transport.proof`). A
 body's layout:
 
 | op | from | body |

@@ -1,13 +1,13 @@
 """The replica channel: one long-lived connection per peer that carries many record calls
-at once, answers matched by call id (the asyncio half of `dht.replication.protocol`);
-this is its client end, and `dht.replication.channel_server` its server end.
+at once, answers matched by call id (the asyncio half of `dht.transport.protocol`);
+this is its client end, and `dht.transport.channel_server` its server end.
 
 `ReplicaChannel` connects on first use and sends HELLO (protocol version, ring identity,
 a fresh nonce); the peer proves it knows the cluster secret in its CHALLENGE, and this
 end proves it in its PROOF, with the first calls right behind it
-(`dht.replication.proof`: the secret itself never travels). Then every `get`/`put` is a
+(`dht.transport.proof`: the secret itself never travels). Then every `get`/`put` is a
 frame out and a frame back, no HTTP. Frames produced in one loop iteration leave in one write
-(`dht.replication.connection`). A connection that closes, resets or answers garbage
+(`dht.transport.connection`). A connection that closes, resets or answers garbage
 fails all of its pending calls at once with `PeerError`; one that stays silent through a
 call's whole deadline is aborted, which fails the rest at once too. The next call dials
 again.
@@ -22,8 +22,8 @@ import ssl
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from dht.replication.connection import Connection
-from dht.replication.messages import (
+from dht.transport.connection import Connection
+from dht.transport.messages import (
     Answer,
     Challenge,
     Failed,
@@ -37,8 +37,8 @@ from dht.replication.messages import (
     Stored,
     Welcome,
 )
-from dht.replication.proof import Side, new_nonce, proof, proves
-from dht.replication.protocol import Budget, ReplicaCodec, Role
+from dht.transport.proof import Side, new_nonce, proof, proves
+from dht.transport.protocol import Budget, ReplicaCodec, Role
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class ClientConnection(Connection):
 
 class ReplicaChannel:
     """The channel to one peer, dialled on demand. Calls carry no deadline of their own:
-    the caller (`dht.replication.peers.Peer`) keeps one for each, asks how much of a large
+    the caller (`dht.transport.peers.Peer`) keeps one for each, asks how much of a large
     answer has arrived (`received`) before giving up on it, and reports a missed deadline
     with `deadline_missed` so a silent connection is torn down."""
 

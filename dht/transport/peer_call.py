@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from dht.model.record import Record
-from dht.replication.breaker import Breaker
-from dht.replication.channel import PeerError, ReplicaChannel, ReplicaFull
-from dht.replication.messages import (
+from dht.transport.breaker import Breaker
+from dht.transport.channel import PeerError, ReplicaChannel, ReplicaFull
+from dht.transport.messages import (
     Answer,
     Failed,
     RecordAbsent,
@@ -35,7 +35,7 @@ class VersionRefused(PeerError):
 
 
 class CallOwner(Protocol):
-    """The peer a call goes to (`dht.replication.peers.Peer`)."""
+    """The peer a call goes to (`dht.transport.peers.Peer`)."""
 
     url: str
     timeout: float

@@ -1,6 +1,6 @@
-"""What both ends of a replica channel share (`dht.replication.channel` is the client
-end, `dht.replication.channel_server` the server end): the codec of
-`dht.replication.protocol`, and writes batched per loop iteration.
+"""What both ends of a replica channel share (`dht.transport.channel` is the client
+end, `dht.transport.channel_server` the server end): the codec of
+`dht.transport.protocol`, and writes batched per loop iteration.
 
 Large messages are cut into fragments (`FRAGMENT_BYTES`); complete small frames are
 always written before the next fragment, and fragments enter the transport only while
@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-from dht.replication.messages import Answer, Handshake, Request
-from dht.replication.protocol import Budget, Frame, ReplicaCodec
+from dht.transport.messages import Answer, Handshake, Request
+from dht.transport.protocol import Budget, Frame, ReplicaCodec
 
 # Bytes a connection lets pile up in its transport before it stops feeding it fragments.
 _WRITE_HIGH_WATER = 256 * 1024

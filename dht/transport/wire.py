@@ -1,6 +1,6 @@
 """Internal HTTP (shared by both ends): the paths, the headers, the proof of the
 cluster secret every request carries, and the range stream's framing. Single-record
-calls travel on the replica channel (`dht.replication.protocol`).
+calls travel on the replica channel (`dht.transport.protocol`).
 
 The range stream is a sequence of frames: key length (4 bytes big-endian), key, record
 length (4 bytes big-endian), encoded record (`dht.model.record`, version included).
@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable
 from aiohttp import ClientRequest, ClientResponse
 
 from dht.model.record import Record, encode
-from dht.replication.proof import new_nonce, request_proof
+from dht.transport.proof import new_nonce, request_proof
 
 RECORDS_PATH = "/internal/v0/records"
 # Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
 # A node's membership step (dht/web/membership_api.py serves it); the fence watch asks it.
 TOPOLOGY_PATH = "/v0/admin/topology"
-# The proof of the cluster secret (`dht.replication.proof.request_proof`): the secret
+# The proof of the cluster secret (`dht.transport.proof.request_proof`): the secret
 # itself is never sent.
 PROOF_HEADER = "X-Dht-Proof"
 # On that answer: the node's wall clock in milliseconds since the epoch, read as it

@@ -1,5 +1,5 @@
 """A peer's local range as the cluster-wide range reads it: the HTTP answer to
-`RECORDS_PATH` (`dht.replication.wire`), one (key, record) frame at a time.
+`RECORDS_PATH` (`dht.transport.wire`), one (key, record) frame at a time.
 
 Every read has the peer's deadline, and a frame's lengths are believed only up to the
 longest key and record a node may hold, so a broken or hostile peer costs a PeerError,
@@ -13,8 +13,8 @@ import asyncio
 import aiohttp
 
 from dht.model.record import CorruptRecord, Record, decode
-from dht.replication.channel import PeerError
-from dht.replication.wire import FRAME_LENGTH
+from dht.transport.channel import PeerError
+from dht.transport.wire import FRAME_LENGTH
 
 
 class OversizedFrame(ValueError):
