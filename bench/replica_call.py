@@ -32,9 +32,9 @@ from dht.model.topology import STABLE, TopologyState
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.transport.channel_server import ServerConnection
+from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer
 from dht.transport.protocol import MESSAGE_OVERHEAD
-from dht.web.internal_api import InternalApi
 
 HOST = "127.0.0.1"
 
@@ -65,7 +65,7 @@ async def channel_costs(
         port=0, data_dir=data_dir, cluster=cluster, self_url=cluster[0], timeout=5.0
     )
     membership = Membership(data_dir, TopologyState(0, STABLE, cluster), config.vnodes)
-    service = InternalApi(cluster[1], storage, clock, None, membership)
+    service = LocalReplica(storage, clock, None, membership)
     live: set[ServerConnection] = set()
     limit = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
     loop = asyncio.get_running_loop()

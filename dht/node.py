@@ -29,6 +29,7 @@ from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
+from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer, Peers
 from dht.transport.protocol import MESSAGE_OVERHEAD
 from dht.transport.tls import load_contexts
@@ -97,11 +98,11 @@ class Node:
         self.internal = InternalApi(
             config.self_url,
             self.storage,
-            self.clock,
             config.secret,
             self.membership,
             self.tls.refusals if self.tls is not None else None,
         )
+        self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
         self.handoff = Handoff(
             config.self_url,
             config.data_dir,
@@ -110,7 +111,7 @@ class Node:
             self.peers,
             config.handoff_rate,
         )
-        self.internal.on_stored = self._hand_off_if_not_owned
+        self.local_replica.on_stored = self._hand_off_if_not_owned
         self.anti_entropy, self.collector = self._repair_loops()
         self.ring_share = self.membership.topology.current.shares()
         self.body_pace = BodyPace(config.min_body_rate)
@@ -324,7 +325,7 @@ class Node:
                 runner,
                 self.config.host,
                 self.config.port,
-                self.internal,
+                self.local_replica,
                 self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
                 self.budget,
                 self.tls,
