@@ -32,8 +32,8 @@ import aiohttp
 from dht.config import NodeConfig
 from dht.conformance.http_client import request
 from dht.conformance.launcher import Cluster, Node
+from dht.membership.driver import change_membership
 from dht.model.ring import Ring
-from dht.testbed.membership import change_membership
 
 
 async def preload(node: Node, keys: int, concurrency: int = 64) -> float:

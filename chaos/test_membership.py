@@ -35,8 +35,8 @@ from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, final_read, key_space
 from dht.history.checker import Op, check
 from dht.history.run_folder import FaultWindow, Run, new_run_dir, write_run
+from dht.membership.driver import ChangeReport, change_membership
 from dht.model.ring import Ring
-from dht.testbed.membership import ChangeReport, change_membership
 from dht.testbed.toxiproxy import Testbed, free_ports, ports_needed
 
 RECORDS = int(os.environ.get("DHT_MEMBERSHIP_RECORDS", "3000"))

@@ -43,8 +43,8 @@ from dht.conformance.launcher import Cluster
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix
 from dht.history.run_folder import FaultWindow
+from dht.membership.driver import ChangeFailed
 from dht.model.ring import Ring
-from dht.testbed.membership import ChangeFailed
 
 PRELOAD_REPLICAS = "2/3"
 

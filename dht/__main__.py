@@ -159,7 +159,7 @@ def run_membership(args: argparse.Namespace) -> int:
 
     import aiohttp
 
-    from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
+    from dht.membership.driver import ChangeFailed, change_membership, summary_lines
 
     try:
         report = asyncio.run(

@@ -16,6 +16,8 @@ from aiohttp import web
 
 from dht.config import NodeConfig, request_line_limit
 from dht.coordination.coordinator import Coordinator
+from dht.membership.api import MembershipApi
+from dht.membership.rebalance import Rebalance
 from dht.metrics import CONTENT_TYPE, Metrics
 from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import QuietMalformedHttp
@@ -25,7 +27,6 @@ from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
-from dht.replication.handoff import Handoff
 from dht.replication.hints import HintDelivery, HintStore
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
@@ -38,7 +39,6 @@ from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
 from dht.web.lean_http import LeanHttp
 from dht.web.listener import SharedPortSite
-from dht.web.membership_api import MembershipApi
 from dht.web.server import HttpServer, Params, Route
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class Node:
             self.tls.refusals if self.tls is not None else None,
         )
         self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
-        self.handoff = Handoff(
+        self.rebalance = Rebalance(
             config.self_url,
             config.data_dir,
             self.storage,
@@ -167,7 +167,7 @@ class Node:
         if self.config.self_url not in holders(
             self.membership.topology.current, key, record.copies
         ):
-            self.handoff.wake()
+            self.rebalance.wake()
 
     def _repair_loops(self) -> tuple[AntiEntropy, Collector]:
         """Anti-entropy and tombstone collection over the current ring, with Merkle trees
@@ -227,7 +227,7 @@ class Node:
                 await self.peers.retire(proposed.members)
                 self.anti_entropy, self.collector = self._repair_loops()
                 self._start_repair_loops()
-            self.handoff.wake()
+            self.rebalance.wake()
         return await self.coordinator.drain(proposed.epoch, 2 * self.config.timeout + 1.0)
 
     async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
@@ -244,7 +244,7 @@ class Node:
             "clock_fence": self.fence.status(),
             "tls": {"enabled": self.tls is not None}
             | (self.tls.refusals.status() if self.tls is not None else {}),
-            "membership": self.membership.state.to_json() | {"handoff": self.handoff.status()},
+            "membership": self.membership.state.to_json() | {"handoff": self.rebalance.status()},
             "ring_share": self.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
             "in_flight": self.http.in_flight,
@@ -337,7 +337,7 @@ class Node:
             await site.start()
             self.hint_delivery.start()
             self._start_repair_loops()
-            self.handoff.start()
+            self.rebalance.start()
             if self.fence.fenced is None:
                 self.fence.start()
             # What start-up built (modules, the anti-entropy trees of every record held)
@@ -362,7 +362,7 @@ class Node:
             if self.lean is not None:
                 await self.lean.closed(deadline)
             await self.hint_delivery.close()
-            await self.handoff.close()
+            await self.rebalance.close()
             await self.fence.close()
             await self._stop_repair_loops()
             await self.peers.close()

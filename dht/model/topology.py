@@ -2,7 +2,7 @@
 change (pure).
 
 A change moves the cluster through these phases, and no two nodes are ever more than one
-phase apart (the driver, `dht.testbed.membership`, moves every node into a phase before
+phase apart (the driver, `dht.membership.driver`, moves every node into a phase before
 any node goes on to the next one):
 
     stable(old)  ->  joint(old, new)  ->  handoff(old, new)  ->  stable(new)

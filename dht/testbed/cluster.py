@@ -9,7 +9,7 @@ While it runs, `python -m dht cluster add` and `python -m dht cluster remove URL
 its membership. The running command writes `<data-dir>/cluster.json` (its pid, host, node
 URLs, and the port and token of a control server on 127.0.0.1), and the control server,
 in threads of its own, does the work: starts the new node with `--join` or stops the
-removed one, and drives the change (dht/testbed/membership.py) in between, streaming
+removed one, and drives the change (dht/membership/driver.py) in between, streaming
 each step back to the command that asked. The nodes and their processes are shared by the
 main loop, which watches them, and those threads: `LocalCluster` keeps them under a lock.
 

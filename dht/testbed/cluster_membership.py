@@ -1,6 +1,6 @@
 """The membership changes of a running `python -m dht cluster`: `add` starts a node with
 `--join` and `remove` stops one (or, if its process is gone, removes it as dead), with
-the change (dht/testbed/membership.py) driven in between; an unfinished change is
+the change (dht/membership/driver.py) driven in between; an unfinished change is
 finished by the next. A mixin of `LocalCluster` (local_cluster.py), whose lock guards
 every field used here.
 """
@@ -155,7 +155,7 @@ class MembershipChanges:
 
         import aiohttp
 
-        from dht.testbed.membership import ChangeFailed, change_membership, summary_lines
+        from dht.membership.driver import ChangeFailed, change_membership, summary_lines
 
         try:
             report = asyncio.run(

@@ -20,7 +20,7 @@ from dht.transport.proof import new_nonce, request_proof
 RECORDS_PATH = "/internal/v0/records"
 # Anti-entropy's tree and digest requests (dht/replication/anti_entropy.py), JSON both ways.
 EXCHANGE_PATH = "/internal/v0/anti-entropy"
-# A node's membership step (dht/web/membership_api.py serves it); the fence watch asks it.
+# A node's membership step (dht/membership/api.py serves it); the fence watch asks it.
 TOPOLOGY_PATH = "/v0/admin/topology"
 # The proof of the cluster secret (`dht.transport.proof.request_proof`): the secret
 # itself is never sent.

@@ -1,7 +1,7 @@
 """`python -m dht cluster add` and `python -m dht cluster remove URL` (SPEC.md rule 6.6,
 the `cluster` command, and 13.1, which names the commands that drive a change): a running
 local cluster grows by a node and loses one, through the membership change of
-dht/testbed/membership.py, and keeps every key. Real processes throughout: the `cluster`
+dht/membership/driver.py, and keeps every key. Real processes throughout: the `cluster`
 command on free ports, and the add and remove commands beside it, as a user runs them
 from a second terminal."""
 

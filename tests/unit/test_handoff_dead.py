@@ -1,19 +1,19 @@
 """Which records a node hands off, and to whom, when a change names dead nodes
-(dht/replication/handoff.py `_move`; SPEC.md rule 13.8). Pure: rings and records only."""
+(dht/membership/rebalance.py `_move`; SPEC.md rule 13.8). Pure: rings and records only."""
 
 from __future__ import annotations
 
+from dht.membership.rebalance import Rebalance
 from dht.model.record import Record
 from dht.model.ring import Ring
-from dht.replication.handoff import Handoff
 
 NODES = [f"http://127.0.0.1:{port}" for port in (9001, 9002, 9003, 9004)]
 DEAD = NODES[0]
 OLD, NEW = Ring(NODES, 16), Ring(NODES[1:], 16)
 
 
-def as_node(url: str) -> Handoff:
-    handoff = Handoff.__new__(Handoff)  # `_move` needs nothing but the node's URL
+def as_node(url: str) -> Rebalance:
+    handoff = Rebalance.__new__(Rebalance)  # `_move` needs nothing but the node's URL
     handoff._self_url = url
     return handoff
 

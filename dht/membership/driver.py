@@ -3,7 +3,7 @@
     stable(old) -> joint(old, new) -> handoff(old, new) -> stable(new)
 
 one step at a time, going on only when *every* node of old and new has taken the step
-(`PUT /v0/admin/topology`, dht/web/membership_api.py), so no two nodes are ever more than
+(`PUT /v0/admin/topology`, dht/membership/api.py), so no two nodes are ever more than
 one step apart, and after the two handoff steps only when every node reports its handoff
 done. A node that does not answer at all stops the change within `no_answer_deadline`
 (10 s), where it is, saying which; one that answers but is busy (draining, handing off)
@@ -13,7 +13,7 @@ every node of old and new and resumes from the least advanced one
 
 Nodes named `dead` (gone for good) are not asked anything: the change goes through with
 the live nodes, which hand off what the dead ones held from their own copies (see
-dht/replication/handoff.py). Before the first step the driver says how much of the key
+dht/membership/rebalance.py). Before the first step the driver says how much of the key
 space has its only copies on the nodes removed, and refuses, unless `accept_loss`, when
 some of it (for F of 2 or more) has no live copy at all.
 """

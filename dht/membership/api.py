@@ -1,6 +1,6 @@
 """`/v0/admin/topology`: read this node's membership step, or move it to the next one.
 
-The driver of a change (`dht.testbed.membership`) PUTs every step to every node, and goes
+The driver of a change (`dht.membership.driver`) PUTs every step to every node, and goes
 on only when every node has answered 200: that is how no two nodes end up more than one
 step apart. A PUT answers only once no client operation placed by the step before is
 still running on this node (503 with Retry-After if that takes longer than the deadline;

@@ -1,5 +1,8 @@
-"""Handoff: after a membership change, this node streams the records whose replica set
-it has left, or that a new owner lacks, to their new owners.
+"""The rebalance: after a membership change, this node streams the records whose replica
+set it has left, or that a new owner lacks, to their new owners. SPEC.md section 13
+calls it the handoff (its phase, `handoff.json`, and `handoff` in `/v0/status` keep
+that name, which users see); here it is the rebalance, apart from hinted handoff
+(`dht.replication.hints`).
 
 A pass reads the local records in key order, a batch at a time, and sends each to the
 owners that need it under the ring it moves to:
@@ -122,7 +125,7 @@ class _Move:
     unless_held_by: str | None = None
 
 
-class Handoff:
+class Rebalance:
     def __init__(
         self,
         self_url: str,
