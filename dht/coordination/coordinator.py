@@ -323,31 +323,36 @@ class Coordinator:
         tally: Tally[bool] = Tally(quorums, self.counters)
         for url in targets:
             if url != self._self_url:
-                future = self._peers[url].put(key, record)
+                if (peer := self._peers.get(url)) is None:
+                    # Retired by a membership step since this write was placed (a write
+                    # sent again): a failed replica, as a node that left would be.
+                    tally.failed(url)
+                    continue
+                future = peer.put(key, record)
                 future.add_done_callback(functools.partial(self._hint_if_missed, url, key, record))
                 tally.watch(url, future)
         if self._self_url in targets:
             self._locally(tally, lambda: self._storage.write(key, record))
         return tally
 
-    async def _learn_versions(self, key: bytes, urls: list[str]) -> bool:
+    async def _learn_versions(self, key: bytes, urls: list[str]) -> dict[str, Record | None]:
         """Moves this node's clock past the records of `key` that the replicas `urls`
-        hold (they kept them over a write of this node's); says whether at least one of
-        them was heard. Its own replica's record is read from storage: what it kept
-        may have come by a handoff, which moves no clock."""
-        heard = False
-        reads = [self._peers[url].get(key) for url in urls if url != self._self_url]
+        hold (they kept them over a write of this node's); returns those heard, by
+        replica (none heard: empty). Its own replica's record is read from storage: what
+        it kept may have come by a handoff, which moves no clock."""
+        heard: dict[str, Record | None] = {}
+        peers = [(url, self._peers.get(url)) for url in urls if url != self._self_url]
+        remote = [(url, peer) for url, peer in peers if peer is not None]  # not retired
+        reads = [peer.get(key) for _, peer in remote]
         if self._self_url in urls:
             try:
                 if (own := self._storage.get(key)) is not None:
                     self._clock.observe(own.version)
-                heard = True
+                heard[self._self_url] = own
             except (VersionAhead, DiskFull) as exc:
                 self._refusals.warning("restamp", "could not take this node's version: %s", exc)
-        for url, answer in zip(
-            [url for url in urls if url != self._self_url],
-            await asyncio.gather(*reads, return_exceptions=True),
-            strict=True,
+        for (url, _), answer in zip(
+            remote, await asyncio.gather(*reads, return_exceptions=True), strict=True
         ):
             if isinstance(answer, BaseException):
                 log_replica_failure(url, answer)
@@ -356,7 +361,7 @@ class Coordinator:
                 self._accept_remote(url, answer)
             except PeerError:
                 continue
-            heard = True
+            heard[url] = answer
         return heard
 
     async def _write_here(

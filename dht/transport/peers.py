@@ -369,3 +369,7 @@ class Peers:
 
     def __getitem__(self, url: str) -> Peer:
         return self.by_url[url]
+
+    def get(self, url: str) -> Peer | None:
+        """The peer of `url`, or None once a membership step retired it."""
+        return self.by_url.get(url)

@@ -1,0 +1,132 @@
+"""SPEC.md rule 9.13, the coordinator's side, with in-memory replicas: a write that a
+replica of its decision kept a newer record over is sent again with a newer version;
+what does not call for that, and what must not break it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from dht.coordination.coordinator import Coordinator, Status
+from dht.model.clock import HybridClock, version_at
+from dht.model.record import Record
+
+WALL_MS = 1_700_000_000_000
+SELF = "http://self"
+A, B, C = "http://a", "http://b", "http://c"
+KEY = b"k"
+
+
+class Replica:
+    """A replica of one key: put-if-newer as `Storage.write` decides it (an equal record
+    is kept, not stored). `hold` keeps its answers back until `release`; `before_put`
+    runs as the next put arrives (something else reached the replica first)."""
+
+    def __init__(self, url: str, record: Record | None = None) -> None:
+        self.url = url
+        self.record = record
+        self.hold = False
+        self.held: list[Callable[[], None]] = []
+        self.before_put: Callable[[Record], None] | None = None
+        self.puts: list[Record] = []
+
+    def available(self) -> bool:
+        return True
+
+    def _answer(self, future: asyncio.Future[Any], compute: Callable[[], Any]) -> None:
+        def run() -> None:
+            if not future.done():
+                future.set_result(compute())
+
+        if self.hold:
+            self.held.append(run)
+        else:
+            asyncio.get_running_loop().call_soon(run)
+
+    def release(self) -> None:
+        self.hold = False
+        held, self.held = self.held, []
+        for run in held:
+            run()
+
+    def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def apply() -> bool:
+            if self.before_put is not None:
+                before, self.before_put = self.before_put, None  # once
+                before(record)
+            self.puts.append(record)
+            if record.supersedes(self.record):
+                self.record = record
+                return True
+            return False
+
+        self._answer(future, apply)
+        return future
+
+    def get(self, key: bytes) -> asyncio.Future[Record | None]:
+        future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
+        self._answer(future, lambda: self.record)
+        return future
+
+
+class FakePeers(dict[str, Replica]):
+    @property
+    def by_url(self) -> dict[str, Replica]:
+        return self
+
+
+def coordinator(
+    replicas: list[Replica], clock: HybridClock | None = None, ack: int = 2
+) -> Coordinator:
+    urls = [replica.url for replica in replicas]
+    topology = SimpleNamespace(
+        quorums=lambda key, count: [(urls, ack)],
+        default_copies=lambda: len(urls),
+        size=len(urls),
+        targets=lambda key, copies: urls,
+    )
+    membership = SimpleNamespace(state=SimpleNamespace(epoch=1), topology=topology)
+    peers = FakePeers({replica.url: replica for replica in replicas})
+    config = SimpleNamespace(self_url=SELF)
+    hints = SimpleNamespace(add=lambda *args: None)
+    clock = clock or HybridClock(lambda: WALL_MS)
+    return Coordinator(config, None, membership, peers, clock, hints)  # type: ignore[arg-type]
+
+
+async def test_a_write_behind_a_newer_record_is_sent_again_and_wins() -> None:
+    """The case rule 9.13 is for, as a control: A holds a newer record (a clock ahead)."""
+    ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
+    a, b, c = Replica(A, ahead), Replica(B, ahead), Replica(C)
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
+    assert outcome.status is Status.STORED
+    assert made.counters.restamped_writes == 1
+    assert a.record is not None and a.record.value == b"later"
+
+
+async def test_a_replica_retired_between_two_rounds_fails_that_replica_not_the_request() -> None:
+    """A membership step (to STABLE) retires the peers of nodes that left when it is
+    applied, before it drains the operations placed by the step before: a write of that
+    step sending its record again must not look a retired peer up and raise (a 500)."""
+    ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
+    a, b, c = Replica(A, ahead), Replica(B), Replica(C)
+    c.hold = True  # the leaving node answers late
+    made = coordinator([a, b, c])
+    peers = made._peers
+    a.hold = True
+    write = asyncio.ensure_future(made.put(KEY, b"later", None))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    a.release()  # A kept the newer record, B stored: the decision; A is read next
+    a.hold = True
+    for _ in range(5):
+        await asyncio.sleep(0)
+    del peers[C]  # the step is applied while A's record is read
+    a.release()
+    outcome = await asyncio.wait_for(write, timeout=2)
+    assert outcome.status is Status.STORED
+    assert a.record is not None and a.record.value == b"later"
