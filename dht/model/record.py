@@ -71,6 +71,16 @@ class Record:
         """Whether a read at wall-clock `now_ms` sees a value: not deleted, not expired."""
         return not self.tombstone and (self.expires_at == 0 or now_ms < self.expires_at)
 
+    def same_write(self, other: Record | None) -> bool:
+        """Whether `other` is this very write, whatever F either says (a replica widens
+        the F of what it stores, `wider_copies`)."""
+        return other is not None and (
+            self.version,
+            self.tombstone,
+            self.value,
+            self.expires_at,
+        ) == (other.version, other.tombstone, other.value, other.expires_at)
+
     def supersedes(self, other: Record | None) -> bool:
         """Whether this record should replace `other` under last-write-wins."""
         return other is None or self.order() > other.order()

@@ -310,8 +310,12 @@ class Storage:
 
     def write(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
         """Last write wins: stores `record` only if it supersedes what is stored or
-        queued, and says whether it did. Idempotent, so repeated deliveries are
-        harmless. Raises DiskFull, or fails the future with it.
+        queued, and says whether this node holds it now. Idempotent: a record delivered
+        again (a read repair or a handoff can bring a write's record before the write's
+        own call) is answered True, stored, as it was the first time: a coordinator
+        takes False for a newer record kept over its write, and sends the write again
+        newer (SPEC.md rule 9.13), which for its own record would reorder a write that
+        a reader may have seen already. Raises DiskFull, or fails the future with it.
 
         A write the group commit takes gives a future, done once its batch is on the
         disk; so does one older than a write of its key still queued (False, once that
@@ -324,7 +328,7 @@ class Storage:
             return self._queued_write(key, stored_key, record)
         prepared = self._prepared(key, record, None)
         if prepared is None:
-            return False
+            return self._holds(key, record)
         data, old, new = prepared
         puts = [(stored_key, data), (digest_key(key), pack_digest(new))]
         write_or_disk_full(self._db, puts, [], self._sync)
@@ -339,9 +343,11 @@ class Storage:
         queued = self._queue.pending(stored_key)
         prepared = self._prepared(key, record, queued)
         if prepared is None:
-            if queued is None or queued[0] is None:
-                return False  # it lost to what is on the disk
-            return self._queue.after(queued[1], False)
+            if queued is None:
+                return self._holds(key, record)  # on the disk already, or lost to it
+            if queued[0] is None:
+                return False  # lost to what is on the disk, which a removal will take
+            return self._queue.after(queued[1], record.same_write(decode(queued[0])))
         data, old, new = prepared
         operations = [(stored_key, data), (digest_key(key), pack_digest(new))]
         written = self._queue.queue(operations, (key, old, new))
@@ -382,6 +388,16 @@ class Storage:
         self.disk.admit(len(key) + len(data))
         new = Digest(record.version, record_digest(key, record), record.copies, self._wall_ms())
         return data, old, new
+
+    def _holds(self, key: bytes, record: Record) -> bool:
+        """Whether the record stored (not queued) of `key` is `record`'s write (read
+        only when the versions tie, as `_prepared` does)."""
+        digest = self.digest(key)
+        return (
+            digest is not None
+            and digest.version == record.version
+            and record.same_write(self.get(key))
+        )
 
     def _newest(self, key: bytes, queued: tuple[bytes | None, Batch] | None) -> Record | None:
         if queued is None or queued[0] is None:

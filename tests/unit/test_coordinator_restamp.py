@@ -1,17 +1,21 @@
-"""SPEC.md rule 9.13, the coordinator's side, with in-memory replicas: a write that a
-replica of its decision kept a newer record over is sent again with a newer version;
-what does not call for that, and what must not break it."""
+"""SPEC.md rule 9.13, the coordinator's side, with replicas on real storage and no
+sockets: a write that a replica of its decision kept a newer record over is sent again
+with a newer version; what does not call for that, and what must not break it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from dht.coordination.coordinator import Coordinator, Status
 from dht.model.clock import HybridClock, version_at
 from dht.model.record import Record
+from dht.storage.store import Storage
 
 WALL_MS = 1_700_000_000_000
 SELF = "http://self"
@@ -20,17 +24,23 @@ KEY = b"k"
 
 
 class Replica:
-    """A replica of one key: put-if-newer as `Storage.write` decides it (an equal record
-    is kept, not stored). `hold` keeps its answers back until `release`; `before_put`
-    runs as the next put arrives (something else reached the replica first)."""
+    """A replica of one key on a real `Storage` (put-if-newer as a node decides it).
+    `hold` keeps its answers back until `release`; `before_put` runs as the next put
+    arrives (something else reached the replica first)."""
 
-    def __init__(self, url: str, record: Record | None = None) -> None:
+    def __init__(self, url: str, folder: Path, record: Record | None = None) -> None:
         self.url = url
-        self.record = record
+        self.storage = Storage(folder / url.removeprefix("http://"), durability="none")
+        if record is not None:
+            self.storage.write(KEY, record)
         self.hold = False
         self.held: list[Callable[[], None]] = []
         self.before_put: Callable[[Record], None] | None = None
         self.puts: list[Record] = []
+
+    @property
+    def record(self) -> Record | None:
+        return self.storage.get(KEY)
 
     def available(self) -> bool:
         return True
@@ -59,10 +69,9 @@ class Replica:
                 before, self.before_put = self.before_put, None  # once
                 before(record)
             self.puts.append(record)
-            if record.supersedes(self.record):
-                self.record = record
-                return True
-            return False
+            stored = self.storage.write(key, record)
+            assert isinstance(stored, bool)
+            return stored
 
         self._answer(future, apply)
         return future
@@ -71,6 +80,19 @@ class Replica:
         future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
         self._answer(future, lambda: self.record)
         return future
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[Callable[..., Replica]]:
+    made: list[Replica] = []
+
+    def replica(url: str, record: Record | None = None) -> Replica:
+        made.append(Replica(url, tmp_path, record))
+        return made[-1]
+
+    yield replica
+    for one in made:
+        one.storage.close()
 
 
 class FakePeers(dict[str, Replica]):
@@ -97,10 +119,50 @@ def coordinator(
     return Coordinator(config, None, membership, peers, clock, hints)  # type: ignore[arg-type]
 
 
-async def test_a_write_behind_a_newer_record_is_sent_again_and_wins() -> None:
+async def test_a_replica_that_holds_this_very_write_already_is_not_a_reason_to_send_it_again(
+    replicas: Callable[..., Replica],
+) -> None:
+    """A read repair (or a handoff, or anti-entropy) can bring a replica the write's own
+    record from another replica before the write's call reaches it: the replica answers
+    "kept" (an equal record is not stored again), and nothing newer is there."""
+    a, b, c = replicas(A), replicas(B), replicas(C)
+    c.hold = True  # the decision is A's and B's
+    # A concurrent GET read A (the write already there) and repaired B before it.
+    b.before_put = lambda record: b.storage.write(KEY, record)
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"v", None), timeout=2)
+    c.release()
+    assert outcome.status is Status.STORED
+    assert made.counters.restamped_writes == 0, "sent again though no replica held a newer one"
+    assert len(a.puts) == 1
+
+
+async def test_a_replica_repaired_with_this_write_at_a_wider_f_is_not_a_reason_either(
+    replicas: Callable[..., Replica],
+) -> None:
+    """The replica that took the write first widened its F (it held the key at 3/3);
+    a read repair carries that wider record to B, which then keeps it over the write's
+    own (same version, narrower F)."""
+    a, b, c = replicas(A), replicas(B), replicas(C)
+    c.hold = True
+
+    def repaired_first(record: Record) -> None:
+        b.storage.write(KEY, Record.live(record.version, record.value, record.expires_at, 0))
+
+    b.before_put = repaired_first
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"v", None), timeout=2)
+    c.release()
+    assert outcome.status is Status.STORED
+    assert made.counters.restamped_writes == 0
+
+
+async def test_a_write_behind_a_newer_record_is_sent_again_and_wins(
+    replicas: Callable[..., Replica],
+) -> None:
     """The case rule 9.13 is for, as a control: A holds a newer record (a clock ahead)."""
     ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
-    a, b, c = Replica(A, ahead), Replica(B, ahead), Replica(C)
+    a, b, c = replicas(A, ahead), replicas(B, ahead), replicas(C)
     made = coordinator([a, b, c])
     outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
     assert outcome.status is Status.STORED
@@ -108,12 +170,14 @@ async def test_a_write_behind_a_newer_record_is_sent_again_and_wins() -> None:
     assert a.record is not None and a.record.value == b"later"
 
 
-async def test_a_replica_retired_between_two_rounds_fails_that_replica_not_the_request() -> None:
+async def test_a_replica_retired_between_two_rounds_fails_that_replica_not_the_request(
+    replicas: Callable[..., Replica],
+) -> None:
     """A membership step (to STABLE) retires the peers of nodes that left when it is
     applied, before it drains the operations placed by the step before: a write of that
     step sending its record again must not look a retired peer up and raise (a 500)."""
     ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
-    a, b, c = Replica(A, ahead), Replica(B), Replica(C)
+    a, b, c = replicas(A, ahead), replicas(B), replicas(C)
     c.hold = True  # the leaving node answers late
     made = coordinator([a, b, c])
     peers = made._peers

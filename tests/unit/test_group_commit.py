@@ -119,6 +119,24 @@ async def test_an_older_write_than_one_on_the_disk_is_refused_at_once(storage: S
     assert storage.write(b"k", Record.live(1, b"one")) is False
 
 
+async def test_a_write_delivered_again_is_answered_stored_queued_or_landed(
+    storage: Storage,
+) -> None:
+    """SPEC.md rule 9.13: "kept" sends a client write again newer; the write's own
+    record brought first by a read repair (here with the wider F a replica gave it) is
+    not a newer record, whether its batch is still queued or on the disk."""
+    with writer_held(storage) as release:
+        first = written(storage.write(b"k", Record.live(2, b"two", copies=3)))
+        again = written(storage.write(b"k", Record.live(2, b"two", copies=2)))
+        await asyncio.sleep(0.01)
+        assert not again.done(), "answered before the record it matches is synced"
+        release.set()
+        assert await asyncio.gather(first, again) == [True, True]
+    assert storage.write(b"k", Record.live(2, b"two", copies=2)) is True  # landed: at once
+    assert storage.write(b"k", Record.live(2, b"one", copies=2)) is False
+    assert storage.get(b"k") == Record.live(2, b"two", copies=3)
+
+
 class FullOnce:
     """A LevelDB handle whose next batch fails as a full volume makes it fail."""
 

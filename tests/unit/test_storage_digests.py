@@ -25,6 +25,18 @@ def test_an_older_write_is_refused_and_a_tie_is_decided_by_the_record(tmp_path: 
         storage.close()
 
 
+def test_the_same_write_delivered_again_is_answered_stored(tmp_path: Path) -> None:
+    """Idempotent, and said so (SPEC.md rule 9.13: "kept" sends a client write again)."""
+    storage = Storage(tmp_path, durability="none")
+    try:
+        assert storage.write(b"k", Record.live(5, b"b", copies=3)) is True
+        assert storage.write(b"k", Record.live(5, b"b", copies=3)) is True
+        assert storage.write(b"k", Record.live(5, b"b", copies=2)) is True  # F widened here
+        assert storage.get(b"k") == Record.live(5, b"b", copies=3)
+    finally:
+        storage.close()
+
+
 def test_after_a_repair_the_index_is_rebuilt_so_an_older_write_stays_out(tmp_path: Path) -> None:
     storage = Storage(tmp_path, durability="none")
     storage.write(b"kept", Record.live(7, b"newer"))
@@ -86,8 +98,10 @@ def test_a_newer_record_takes_the_wider_copy_count_of_the_one_it_replaces(
         assert storage.get(b"k") == Record.deleted(3, copies=3)
         entry = storage.digest(b"k")
         assert entry is not None and entry.copies == 3
-        # The same version arriving with the narrower count changes nothing...
-        assert storage.write(b"k", Record.deleted(3, copies=2)) is False
+        # The same version arriving with the narrower count changes nothing (it is
+        # answered stored: this node holds that delete, rule 9.13)...
+        assert storage.write(b"k", Record.deleted(3, copies=2)) is True
+        assert storage.get(b"k") == Record.deleted(3, copies=3)
         # ...and with a wider one (0: the whole cluster) widens it.
         assert storage.write(b"k", Record.deleted(3, copies=0)) is True
         assert storage.get(b"k") == Record.deleted(3, copies=0)
