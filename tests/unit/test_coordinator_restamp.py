@@ -194,3 +194,33 @@ async def test_a_replica_retired_between_two_rounds_fails_that_replica_not_the_r
     outcome = await asyncio.wait_for(write, timeout=2)
     assert outcome.status is Status.STORED
     assert a.record is not None and a.record.value == b"later"
+
+
+async def test_a_write_sent_again_past_every_kept_record_is_not_chased_by_concurrent_ones(
+    replicas: Callable[..., Replica],
+) -> None:
+    """Once the coordinator heard every replica that kept a record in one decision, its
+    clock is past every write acknowledged before this one began; a record kept over
+    the write sent again then came from a write running meanwhile, and either order is
+    right. Sending it again once more only makes that other write the one lost, and
+    under contention on one key, with clocks in step, wrote keys up to 4 times."""
+    ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
+    a, b, c = replicas(A, ahead), replicas(B), replicas(C)
+    c.hold = True  # the decisions are A's and B's
+    concurrent = Record.live(version_at(WALL_MS + 31_000), b"concurrent", 0, 3)
+    puts_to_b = 0
+
+    def meanwhile(record: Record) -> None:
+        nonlocal puts_to_b
+        puts_to_b += 1
+        if puts_to_b == 2:  # another coordinator's write lands first on B this time
+            b.storage.write(KEY, concurrent)
+        else:
+            b.before_put = meanwhile
+
+    b.before_put = meanwhile
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
+    c.release()
+    assert outcome.status is Status.STORED
+    assert made.counters.restamped_writes == 1, "sent again past a write running meanwhile"
