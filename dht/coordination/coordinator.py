@@ -305,13 +305,18 @@ class Coordinator:
                         return Outcome(Status.INSUFFICIENT_STORAGE)
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
                 kept = [url for url, stored in tally.answers.items() if not stored]
-                if not kept or caught_up or round_ == RESTAMPS:
+                if not kept or caught_up:
                     # Caught up, what a replica kept came from a write running at the
                     # same time as this one, and either order of two concurrent writes
                     # is right: sending it again newer would only make another write
                     # running meanwhile the one sent again (found by review: eight
                     # writers of one key, clocks in step, sent 0.9 rounds more a write).
                     return Outcome(success)
+                if round_ == RESTAMPS:
+                    # Never caught up: a replica that kept a newer record was never
+                    # heard, and that record may be an acknowledged write's. The write
+                    # may or may not have taken effect: 504, not a false 201.
+                    return Outcome(Status.NOT_ENOUGH_REPLICAS)
                 heard = await self._learn_versions(key, kept)
                 if not heard:
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
@@ -320,7 +325,7 @@ class Coordinator:
                     record = dataclasses.replace(record, version=self._clock.now())
                 except DiskFull:
                     return Outcome(Status.INSUFFICIENT_STORAGE)
-                self.counters.restamped_writes += 1
+                self.counters.restamped_writes += round_ == 0  # writes, not rounds
             raise AssertionError("unreachable: the last round returns")
         finally:
             settling.close()

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from dht.coordination.coordinator import Coordinator, Status
+from dht.coordination.coordinator import RESTAMPS, Coordinator, Status
 from dht.model.clock import HybridClock, version_at
 from dht.model.record import Record
 from dht.storage.store import Storage
+from dht.transport.peers import PeerError
 
 WALL_MS = 1_700_000_000_000
 SELF = "http://self"
@@ -37,6 +38,7 @@ class Replica:
         self.held: list[Callable[[], None]] = []
         self.before_put: Callable[[Record], None] | None = None
         self.puts: list[Record] = []
+        self.reads_fail = False  # its puts are answered, its reads are not
 
     @property
     def record(self) -> Record | None:
@@ -78,6 +80,9 @@ class Replica:
 
     def get(self, key: bytes) -> asyncio.Future[Record | None]:
         future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
+        if self.reads_fail:
+            future.set_exception(PeerError(f"{self.url}: the read timed out"))
+            return future
         self._answer(future, lambda: self.record)
         return future
 
@@ -223,4 +228,32 @@ async def test_a_write_sent_again_past_every_kept_record_is_not_chased_by_concur
     outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
     c.release()
     assert outcome.status is Status.STORED
-    assert made.counters.restamped_writes == 1, "sent again past a write running meanwhile"
+    assert len(a.puts) == 2, "sent again past a write running meanwhile"
+
+
+async def test_a_write_whose_kept_record_is_never_heard_is_answered_504_not_201(
+    replicas: Callable[..., Replica],
+) -> None:
+    """A keeps a newer record over every round and its reads fail, while B keeps one
+    written meanwhile each round and is heard: the coordinator never hears every
+    replica that kept one, so A's record may be an acknowledged write's that this one
+    did not pass. After the last round the honest answer is 504 (it may or may not
+    have taken effect), not an acknowledgement that could be false."""
+    far_ahead = Record.live(version_at(WALL_MS + 50_000), b"earlier", 0, 3)
+    a, b, c = replicas(A, far_ahead), replicas(B), replicas(C)
+    a.reads_fail = True
+    c.hold = True  # the decisions are A's and B's
+    newer = iter(range(1, 100))
+
+    def meanwhile(record: Record) -> None:
+        ahead_of_it = Record.live(record.version + next(newer), b"meanwhile", 0, 3)
+        b.storage.write(KEY, ahead_of_it)
+        b.before_put = meanwhile
+
+    b.before_put = meanwhile
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
+    c.release()
+    assert outcome.status is Status.NOT_ENOUGH_REPLICAS
+    assert len(a.puts) == RESTAMPS + 1
+    assert made.counters.restamped_writes == 1  # one write, sent again RESTAMPS times
