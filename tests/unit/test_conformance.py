@@ -76,6 +76,17 @@ def test_spec_md_numbers_its_rules_in_order_in_every_section() -> None:
         assert items == list(range(1, len(items) + 1)), f"section {section}: {items}"
 
 
+def test_the_kit_grades_by_the_repositorys_spec_md() -> None:
+    """The kit's SPEC.md (package data) is a link to the repository's, so the rules it
+    grades by are the ones the repository states. A copy drifts the first time one of
+    the two is edited, and `sed -i` over the tree silently turns the link into a copy."""
+    kits = REPOSITORY / "dht" / "conformance" / "SPEC.md"
+    assert kits.is_symlink() and kits.resolve() == (REPOSITORY / "SPEC.md").resolve(), (
+        "dht/conformance/SPEC.md must be a link to the repository's: "
+        "ln -sf ../../SPEC.md dht/conformance/SPEC.md"
+    )
+
+
 def test_every_rule_of_spec_md_is_checked_by_some_test() -> None:
     named = {
         number.strip("\"' ")
