@@ -29,7 +29,8 @@ TIER_DESCRIPTIONS = {
     "partition": "SPEC.md section 18, partitions with clients on both sides: a node cut "
     "off, a bridge, one-way cuts",
     "clock": "SPEC.md section 19, one node's wall clock behind, ahead, stepped back, "
-    "strobing: the later acknowledged write wins",
+    "strobing, behind after a 2/2 write, two ahead then a restart: the later acknowledged "
+    "write wins",
     "disk": "SPEC.md section 20, one node's volume filled to the last byte under load, then freed",
     "nemesis": "SPEC.md section 21, a seeded random schedule of every fault, one node at a "
     "time; a failing run shrunk to its smallest failing schedule",
