@@ -21,6 +21,11 @@ is read anew. The kernel's page cache of a file is dropped when the file is open
 as after a real one; a descriptor kept open across it may still read what the kernel
 cached.
 
+With a capacity (`capacity.py`) it is a volume of that many bytes, as a disk of fixed
+size is: statfs reports it, and a write past it writes what fits and then fails with
+ENOSPC, so the test bed can fill it with a ballast file and free it again (SPEC.md
+sections 20 and 21). Without one, statfs and free space are the backing directory's.
+
 The control socket speaks lines: `cut` answers `cut FILES BYTES` (what was dropped),
 `unsynced` answers `unsynced FILES BYTES`. `power_loss.py` starts this filesystem as a
 process of its own and drives it.
@@ -34,13 +39,15 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import mfusepy
 
-from dht.testbed.page_cache import PageCache, Unsynced
+from dht.testbed.capacity import BLOCK, Capacity
+from dht.testbed.page_cache import PageCache, Unsynced, UnsyncedFile
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +66,10 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
 
     use_ns = True  # times in nanoseconds (mfusepy's float seconds are deprecated)
 
-    def __init__(self, backing: Path, cache: PageCache) -> None:
+    def __init__(self, backing: Path, cache: PageCache, capacity: Capacity | None = None) -> None:
         self.root = str(backing)
         self.cache = cache
+        self.capacity = capacity
         self._inodes: dict[int, int] = {}  # file handle -> backing inode
         self._synced_handles: set[int] = set()  # opened O_SYNC or O_DSYNC
         self._datasync_handles: set[int] = set()  # of those, O_DSYNC without O_SYNC
@@ -82,7 +90,12 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
 
     def statfs(self, path: str) -> dict[str, int]:
         found = os.statvfs(self._full(path))
-        return {name: getattr(found, name) for name in _STATVFS_FIELDS}
+        fields = {name: getattr(found, name) for name in _STATVFS_FIELDS}
+        if self.capacity is not None:
+            free = self.capacity.free
+            fields |= {"f_bsize": BLOCK, "f_frsize": BLOCK, "f_blocks": self.capacity.total,
+                       "f_bfree": free, "f_bavail": free}  # fmt: skip
+        return fields
 
     # -- metadata: straight to the backing directory --------------------------------------
 
@@ -162,7 +175,7 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
             last = _last_name_of_file(full)
             os.unlink(full)
             if last is not None:
-                forget(last)
+                self._gone(last, forget(last.st_ino))
         return 0
 
     def rename(self, old: str, new: str) -> int:
@@ -171,8 +184,13 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
             replaced = _last_name_of_file(full)
             os.rename(self._full(old), full)
             if replaced is not None:
-                forget(replaced)
+                self._gone(replaced, forget(replaced.st_ino))
         return 0
+
+    def _gone(self, last: os.stat_result, cached: UnsyncedFile | None) -> None:
+        """A file's last name went: its room is free (its size as readers saw it)."""
+        if self.capacity is not None:
+            self.capacity.release(last.st_size if cached is None else cached.size)
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
         return 0  # metadata is durable at once (module docstring)
@@ -201,6 +219,8 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
                 self._datasync_handles.add(fd)
         if flags & os.O_TRUNC and found.st_size:
             with self.cache.holding(found.st_ino, lambda: found.st_size) as unsynced:
+                if self.capacity is not None:
+                    self.capacity.resize(unsynced.size, 0)
                 unsynced.truncate(0)
         return fd
 
@@ -213,6 +233,8 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         inode = self._inodes[fh]
         with self.cache.holding(inode, lambda: os.fstat(fh).st_size) as unsynced:
+            if self.capacity is not None:  # a full volume takes what fits (NoSpace: none)
+                data = data[: self.capacity.room_for_write(unsynced.size, offset, len(data))]
             unsynced.write(fh, offset, data)
             if fh in self._synced_handles:
                 unsynced.sync(fh, data_only=fh in self._datasync_handles)
@@ -222,6 +244,8 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         found = os.fstat(fh) if fh is not None else os.stat(self._full(path))
         with self.cache.holding(found.st_ino, lambda: found.st_size) as unsynced:
+            if self.capacity is not None:
+                self.capacity.resize(unsynced.size, length)
             unsynced.truncate(length)
         return 0
 
@@ -246,17 +270,19 @@ class LazyFilesystem(mfusepy.Operations):  # type: ignore[misc]
         return 0
 
 
-def _last_name_of_file(full: str) -> int | None:
-    """The inode of the regular file at `full` if this is its only name (its cache goes
-    with it), else None."""
+def _last_name_of_file(full: str) -> os.stat_result | None:
+    """The regular file at `full` if this is its only name (its cache goes with it),
+    else None."""
     try:
         found = os.lstat(full)
     except FileNotFoundError:
         return None
-    return found.st_ino if stat.S_ISREG(found.st_mode) and found.st_nlink == 1 else None
+    return found if stat.S_ISREG(found.st_mode) and found.st_nlink == 1 else None
 
 
-def serve_control(control: Path, cache: PageCache) -> threading.Thread:
+def serve_control(
+    control: Path, cache: PageCache, after_cut: Callable[[], None] = lambda: None
+) -> threading.Thread:
     """Answers `cut` and `unsynced` on the Unix socket `control` (module docstring), in a
     daemon thread: the filesystem's process ends with its mount. Bound before the mount
     is made, so a path that cannot be bound fails before anything is mounted."""
@@ -269,6 +295,7 @@ def serve_control(control: Path, cache: PageCache) -> threading.Thread:
     def answer(command: str) -> str:
         if command == "cut":
             dropped = cache.cut()
+            after_cut()
             log.warning("power cut: %d files lost %d unsynced bytes", dropped.files, dropped.bytes)
             return _line("cut", dropped)
         if command == "unsynced":
@@ -292,15 +319,22 @@ def _line(word: str, unsynced: Unsynced) -> str:
     return f"{word} {unsynced.files} {unsynced.bytes}\n"
 
 
-def run(backing: Path, mountpoint: Path, control: Path) -> None:
+def run(backing: Path, mountpoint: Path, control: Path, capacity_bytes: int | None = None) -> None:
     """Serves `backing` at `mountpoint` until unmounted (`fusermount3 -u`) or signalled
-    (SIGTERM, SIGINT: libfuse unmounts). auto_unmount has fusermount3 take the mount
-    away even if this process is killed."""
+    (SIGTERM, SIGINT: libfuse unmounts), as a volume of `capacity_bytes` if given.
+    auto_unmount has fusermount3 take the mount away even if this process is killed."""
     cache = PageCache()
-    serve_control(control, cache)
+    capacity = None if capacity_bytes is None else Capacity(capacity_bytes)
+
+    def recount() -> None:  # at the mount and after a cut nothing is cached
+        if capacity is not None:
+            capacity.recount(backing)
+
+    recount()
+    serve_control(control, cache, recount)
     try:
         mfusepy.FUSE(
-            LazyFilesystem(backing, cache),
+            LazyFilesystem(backing, cache, capacity),
             str(mountpoint),
             foreground=True,
             fsname=f"lazy:{backing}",

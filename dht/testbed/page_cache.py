@@ -198,17 +198,19 @@ class PageCache:
                 unsynced.dropped = True
 
     @contextmanager
-    def changing_names(self) -> Iterator[Callable[[int], None]]:
+    def changing_names(self) -> Iterator[Callable[[int], UnsyncedFile | None]]:
         """Holds the table while a file's last name goes (unlink, a rename over it), and
-        gives `forget(inode)` to drop its cache: the inode freed cannot be reused by a
-        new file and find the old file's cache in between."""
+        gives `forget(inode)` to drop its cache (and return it, or None if it had none):
+        the inode freed cannot be reused by a new file and find the old file's cache in
+        between."""
         with self._lock:
             yield self._forget
 
-    def _forget(self, inode: int) -> None:
+    def _forget(self, inode: int) -> UnsyncedFile | None:
         unsynced = self._files.pop(inode, None)
         if unsynced is not None:
             unsynced.dropped = True
+        return unsynced
 
     def cut(self) -> Unsynced:
         """A power cut: every unsynced write is gone. Says what was dropped."""

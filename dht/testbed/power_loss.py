@@ -7,12 +7,16 @@ in memory, and a power cut drops it. Linux only, as root, with FUSE.
     handle.power_cut()                    # all that was not fsynced is gone
     handle.unmount()                      # always: also when the filesystem was killed
 
+Mounted with a `capacity` (bytes), it is a volume of that size (`capacity.py`), and
+`fill()` takes every free byte with a ballast file (`ballast.py`), `free()` removes it:
+a full disk on the same filesystem that can cut the power.
+
 `power_loss_unavailable()` says in one line why it cannot be used here (not root, no
 /dev/fuse, no fusermount3, no mfusepy or libfuse3), so a caller skips with that reason;
 `mount` raises `PowerLossUnavailable` with it.
 
-By hand, in one shell `python -m dht.testbed.power_loss mount BACKING MOUNTPOINT` (in the
-foreground until Ctrl-C or `fusermount3 -u MOUNTPOINT`), in another
+By hand, in one shell `python -m dht.testbed.power_loss mount BACKING MOUNTPOINT
+[--capacity BYTES]` (in the foreground until Ctrl-C or `fusermount3 -u MOUNTPOINT`), in another
 `python -m dht.testbed.power_loss cut MOUNTPOINT` (or `unsynced MOUNTPOINT`). The control
 socket is MOUNTPOINT.control, beside the mount point.
 """
@@ -30,6 +34,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from dht.testbed import ballast
 from dht.testbed.namespaces import spawn
 from dht.testbed.page_cache import Unsynced
 
@@ -90,14 +95,18 @@ def _unescape(field: str) -> str:
 class PowerLossMount:
     """A running lazy filesystem: its process, mount point and control socket."""
 
-    def __init__(self, backing: Path, mountpoint: Path, log_path: Path) -> None:
+    def __init__(
+        self, backing: Path, mountpoint: Path, log_path: Path, capacity: int | None = None
+    ) -> None:
         self.backing = backing
         self.mountpoint = mountpoint
         self.control = control_path(mountpoint)
         self.log_path = log_path
+        self.capacity = capacity
+        sized = [] if capacity is None else ["--capacity", str(capacity)]
         with open(log_path, "ab") as log:
             self.process = spawn(
-                [sys.executable, "-m", __name__, "mount", str(backing), str(mountpoint)],
+                [sys.executable, "-m", __name__, "mount", str(backing), str(mountpoint), *sized],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -138,6 +147,23 @@ class PowerLossMount:
     def unsynced(self) -> Unsynced:
         """What a power cut now would drop."""
         return ask(self.control, "unsynced")
+
+    def fill(self) -> int:
+        """Takes every free byte of a mount with a capacity with a ballast file at its
+        top; returns how many. Its data is never synced: it takes the filesystem's memory,
+        not the backing disk's, and goes with `free()` (or a power cut)."""
+        if self.capacity is None:
+            raise ValueError(f"{self.mountpoint} has no capacity: it cannot be filled")
+        return ballast.fill(self.mountpoint / ballast.BALLAST)
+
+    def free(self) -> None:
+        """Removes the ballast: the room it took is free again."""
+        (self.mountpoint / ballast.BALLAST).unlink(missing_ok=True)
+
+    def free_bytes(self) -> int:
+        """The free space statfs reports at the mount."""
+        found = os.statvfs(self.mountpoint)
+        return found.f_bavail * found.f_frsize
 
     def unmount(self) -> None:
         """Takes the mount away and stops the process, whatever state they are in: a
@@ -186,18 +212,21 @@ def _fusermount(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def mount(backing: Path, mountpoint: Path, log_path: Path | None = None) -> PowerLossMount:
+def mount(
+    backing: Path, mountpoint: Path, log_path: Path | None = None, capacity: int | None = None
+) -> PowerLossMount:
     """Serves `backing` at `mountpoint` (both made if missing) through the lazy
     filesystem, in a process of its own that dies with this one; returns once the mount
     is made. Raises PowerLossUnavailable where it cannot be used (module docstring).
-    The filesystem logs to `log_path` (default: MOUNTPOINT.log, beside it)."""
+    The filesystem logs to `log_path` (default: MOUNTPOINT.log, beside it); with a
+    `capacity` it is a volume of that many bytes."""
     reason = power_loss_unavailable()
     if reason is not None:
         raise PowerLossUnavailable(reason)
     backing.mkdir(parents=True, exist_ok=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     handle = PowerLossMount(
-        backing, mountpoint, log_path or mountpoint.with_name(mountpoint.name + ".log")
+        backing, mountpoint, log_path or mountpoint.with_name(mountpoint.name + ".log"), capacity
     )
     try:
         handle.wait_ready()
@@ -218,6 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     serve.add_argument("backing", type=Path)
     serve.add_argument("mountpoint", type=Path)
+    serve.add_argument(
+        "--capacity",
+        type=int,
+        help="a volume of this many bytes: statfs says so, writes past it fail with ENOSPC "
+        "(default: the backing directory's free space)",
+    )
     for name, text in (("cut", "a power cut: drop every write not fsynced"),
                        ("unsynced", "what a power cut now would drop")):  # fmt: skip
         commands.add_parser(name, help=text).add_argument("mountpoint", type=Path)
@@ -236,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
             f"python -m dht.testbed.power_loss cut {args.mountpoint}",
             flush=True,
         )
-        run(args.backing, args.mountpoint, control_path(args.mountpoint))
+        run(args.backing, args.mountpoint, control_path(args.mountpoint), args.capacity)
         return
     try:
         unsynced = ask(control_path(args.mountpoint), args.command)

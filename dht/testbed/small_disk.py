@@ -22,27 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dht.testbed.ballast import BALLAST
 from dht.testbed.namespaces import spawn, wait_for_holder
 
-BALLAST = ".ballast"
 _COMMAND_DEADLINE = 30.0
-# Writes zeros into the ballast until the volume has not a byte left (ENOSPC), keeps
-# what it wrote, and prints how much that was.
-_FILL = """
-import errno, os, sys
-written = 0
-chunk = bytes(1 << 20)
-with open(sys.argv[1], "ab", buffering=0) as ballast:
-    for size in (1 << 20, 4096, 1):
-        while True:
-            try:
-                written += ballast.write(chunk[:size])
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-print(written)
-"""
 
 
 def small_disk_unavailable() -> str | None:
@@ -89,7 +72,7 @@ class SmallDisk:
 
     def fill(self) -> int:
         """Takes every free byte of the volume with a ballast file; returns how many."""
-        done = self._run(sys.executable, "-c", _FILL, str(self.folder / BALLAST))
+        done = self._run(sys.executable, "-m", "dht.testbed.ballast", str(self.folder / BALLAST))
         return int(done.stdout.split()[-1])
 
     def free(self) -> None:
