@@ -59,3 +59,31 @@ def test_out_of_time_is_asked_with_the_subset_about_to_be_tried() -> None:
     )
     assert asked[0] == ()
     assert (0, 1) in asked and (2, 3) in asked
+
+
+def test_an_unresolved_try_is_never_taken_for_a_pass() -> None:
+    """Fault 7 fails the run; a try holding 7 alone cannot run. Taking it for a pass
+    would call (6, 7) 1-minimal; unresolved, the result is not claimed minimal."""
+
+    def fails(subset: tuple[int, ...]) -> bool | None:
+        if subset == (7,):
+            return None
+        return 7 in subset
+
+    shrunk = ddmin(range(8), fails)
+    assert 7 in shrunk.smallest
+    assert not shrunk.minimal
+    assert shrunk.unresolved >= 1
+
+
+def test_an_unresolved_try_is_not_reduced_to() -> None:
+    shrunk = ddmin(range(4), lambda subset: None if subset == (0, 1) else 3 in subset)
+    assert shrunk.smallest == (3,)
+    assert shrunk.minimal
+    assert shrunk.unresolved == 1
+
+
+def test_one_culprit_is_not_minimal_when_the_empty_run_was_unresolved() -> None:
+    shrunk = ddmin(range(4), lambda subset: None if not subset else 2 in subset)
+    assert shrunk.smallest == (2,)
+    assert not shrunk.minimal
