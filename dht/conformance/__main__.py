@@ -93,11 +93,12 @@ A > F); the report's first line says whether they all pass.
                reason; each scenario's history and plot go into the report
   nemesis      3 nodes for --nemesis-seconds under a random schedule drawn from
                --seed: kill -9, pause, slow and cut links, clock offsets, power cuts,
-               one node at a time (kinds this machine cannot apply are left out, with
-               the reason; a full disk never is drawn). The same seed gives the same
-               schedule and client operations; a failing run is shrunk (delta
-               debugging over its faults, within --shrink-minutes) to the smallest
-               schedule that still fails, with its seed, timeline and plot
+               a full disk, one node at a time (kinds this machine cannot apply are
+               left out, with the reason); a node that does not come back from a fault
+               fails. The same seed gives the same schedule and client operations; a
+               failing run is shrunk (delta debugging over its faults, within
+               --shrink-minutes) to the smallest schedule that still fails, with its
+               seed, timeline and plot
 The report's second line says whether any acknowledged write was lost, read stale,
 undone or invented: under kill -9 (durability) or in any faults or clock scenario's
 history, the nemesis's included.

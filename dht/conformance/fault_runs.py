@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dht.conformance.nemesis import DISK_LEFT_OUT, SCHEDULE_FILE, SHRINK_FILE
+from dht.conformance.nemesis import SCHEDULE_FILE, SHRINK_FILE, could_not_run, shrink_ending
 from dht.conformance.nemesis_schedule import Schedule, draw
 from dht.conformance.report import FaultRun
 from dht.history.run_folder import CLASSIFICATION_FILE, PLOT_FILE, SUMMARY_FILE
@@ -54,19 +54,20 @@ def nemesis_notes(folder: Path) -> tuple[str, ...]:
         f"Seed {schedule.get('seed')}, {schedule.get('seconds', 0):g} s, {count} "
         f"(of {', '.join(schedule.get('kinds', []))}): run it again with {again}."
     ]
-    left_out = {"disk": DISK_LEFT_OUT} | schedule.get("left_out", {})
+    left_out = schedule.get("left_out", {})
     notes += [f"Left out: {kind}, {why}." for kind, why in sorted(left_out.items())]
     try:
         shrink = json.loads((folder / SHRINK_FILE).read_text())
     except (OSError, ValueError):
         shrink = None
     if isinstance(shrink, dict):
-        ending = "1-minimal" if shrink.get("minimal") else "the budget ended the search"
+        unresolved = int(shrink.get("unresolved", 0))
+        ending = shrink_ending(bool(shrink.get("minimal")), bool(shrink.get("finished", True)))
         notes.append(
             f"Shrunk from {shrink.get('original_faults')} faults to "
             f"{shrink.get('shrunk_faults')} in {shrink.get('seconds')} s "
-            f"({shrink.get('tries')} runs, {ending}); the failing run was "
-            f"{shrink.get('failing_run')}."
+            f"({shrink.get('tries')} runs{could_not_run(unresolved)}, {ending}); "
+            f"the failing run was {shrink.get('failing_run')}."
         )
     return tuple(notes)
 

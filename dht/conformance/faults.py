@@ -35,6 +35,12 @@ CLIENT_TIMEOUT = BOUND + 2.0
 QUICK_ENV = "DHT_CONFORMANCE_QUICK"
 SUCCESS = (200, 201, 202, 404)
 REFUSED = (503, 504)
+# SPEC.md sections 20 and 21: a node's volume when the kit fills it, room for a
+# scenario's data many times over and small enough to fill at once; and how soon after
+# its ballast goes a write through that node must be stored (a node that needs a restart
+# for it gets one, and then the bound).
+VOLUME_BYTES = 256 * 1024 * 1024
+RESUME_SECONDS = 10.0
 
 
 def quick() -> bool:
@@ -139,6 +145,24 @@ def describe(op: Op) -> str:
     seconds_taken = took(op)
     answer = "no answer" if seconds_taken is None else f"{op.status} after {seconds_taken:.2f} s"
     return f"{op.kind.value} {op.key} through {op.node} at {at}: {answer}"
+
+
+def stored(op: Op) -> bool:
+    return op.status == 201
+
+
+def write_until_stored(recorder: Recorder, node: Node, keys: Sequence[str], deadline: float) -> Op:
+    """PUTs through `node`, recorded, until one is stored or `deadline` seconds pass;
+    the last. Each to the next of `keys`, with a value no client writes."""
+    started = time.monotonic()
+    number = 0
+    while True:
+        number += 1
+        key = keys[number % len(keys)]
+        op = recorder.send(node, Kind.PUT, key, f"resumed-{number}".encode())
+        if stored(op) or time.monotonic() - started > deadline:
+            return op
+        time.sleep(0.1)
 
 
 def first_failure(ops: Sequence[Op], judge: Callable[[Op], bool], wanted: str) -> str:

@@ -117,6 +117,11 @@ def dht_tuning(*flags: str) -> list[str]:
     return list(flags) if testing_dht_itself() else []
 
 
+class NodeNotReady(RuntimeError):
+    """A node started did not answer /v0/status with 200 within the deadline, or exited
+    first: the message names it, with its last log line and the tail of its log."""
+
+
 @dataclass
 class Node:
     """One node process. `url` is where clients reach it; `cluster_url` is how it appears
@@ -166,19 +171,19 @@ class Node:
             self.wait_ready()
 
     def wait_ready(self, deadline: float = READY_DEADLINE) -> float:
-        """Polls /v0/status until 200; returns the seconds it took."""
+        """Polls /v0/status until 200; returns the seconds it took. Raises NodeNotReady."""
         started = time.monotonic()
         while time.monotonic() - started < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(
+                raise NodeNotReady(
                     f"node {self.url} exited with code {self.process.returncode} before "
                     f"/v0/status answered 200; {self.last_log_line()}\n{self.log_tail()}"
                 )
             if status_code(self.url) == 200:
                 return time.monotonic() - started
             time.sleep(0.02)
-        raise RuntimeError(
+        raise NodeNotReady(
             f"node {self.url}: /v0/status did not answer 200 within {deadline} s of the "
             f"start; {self.last_log_line()}\n{self.log_tail()}"
         )

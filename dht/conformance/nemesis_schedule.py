@@ -20,8 +20,10 @@ from typing import Any
 # SIGCONT; `slow`: every link into and out of the node delayed; `cut`: links of the
 # node cut (both ways, or only into it, or only out of it); `clock`: the node's wall
 # clock off by an offset, then true again; `power`: kill -9 and what was not fsynced
-# dropped, restart on what the disk kept.
-KINDS = ("kill", "pause", "slow", "cut", "clock", "power")
+# dropped, restart on what the disk kept; `disk`: the node's volume filled to the last
+# byte with a ballast file, then the ballast removed (and the node restarted on its data
+# if it takes no write without).
+KINDS = ("kill", "pause", "slow", "cut", "clock", "power", "disk")
 NODES = 3
 # The cluster runs this long before the first fault and after the last one healed.
 LEAD_SECONDS = 2.0
@@ -63,6 +65,8 @@ class Fault:
             return f"kill -9 {node}, restart"
         if self.kind == "power":
             return f"power cut {node}, restart"
+        if self.kind == "disk":
+            return f"disk full on {node}"
         return f"{self.kind} {node}"
 
 

@@ -20,8 +20,21 @@ def test_a_nemesis_run_names_its_seed_what_was_left_out_and_its_shrink(tmp_path:
     assert notes[0].startswith(f"Seed 42, {schedule.seconds:g} s, {len(schedule.faults)} faults")
     assert "`--nemesis-schedule schedule.json` (this run's file)" in notes[0]
     assert "Left out: clock, libfaketime is missing." in notes
-    assert any(note.startswith("Left out: disk, ") for note in notes)
+    assert not any(note.startswith("Left out: disk") for note in notes)  # it is drawn
     assert notes[-1].startswith("Shrunk from 5 faults to 1 in 250.0 s (7 runs, 1-minimal)")
+
+
+def test_a_shrink_whose_tries_could_not_run_says_so_and_claims_no_minimum(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "schedule.json").write_text(draw(42, 30.0).to_json())
+    shrink = {"original_faults": 5, "shrunk_faults": 2, "tries": 7, "seconds": 250.0}
+    shrink |= {"minimal": False, "unresolved": 2, "finished": True}
+    (tmp_path / "shrink.json").write_text(json.dumps(shrink))
+    assert nemesis_notes(tmp_path)[-1].startswith(
+        "Shrunk from 5 faults to 2 in 250.0 s (7 runs, 2 of which could not run, "
+        "not shown 1-minimal: a try it needed could not run)"
+    )
 
 
 def test_a_run_drawn_from_its_seed_is_run_again_with_the_seed(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ def test_every_kind_is_drawn_in_a_long_run() -> None:
 def test_kinds_this_machine_cannot_apply_are_left_out_and_say_why() -> None:
     left_out = {"clock": "libfaketime is missing", "cut": "not root", "slow": "not root"}
     schedule = draw(5, 300.0, left_out)
-    assert {fault.kind for fault in schedule.faults} <= {"kill", "pause", "power"}
-    assert schedule.kinds == ("kill", "pause", "power")
+    assert {fault.kind for fault in schedule.faults} <= {"kill", "pause", "power", "disk"}
+    assert schedule.kinds == ("kill", "pause", "power", "disk")
     assert schedule.left_out == left_out
 
 
@@ -62,3 +62,4 @@ def test_each_fault_has_a_label_for_the_timeline() -> None:
     labels = {fault.label() for fault in draw(3, 600.0).faults}
     assert any(label.startswith("kill -9 node") for label in labels)
     assert any("'s clock " in label for label in labels)
+    assert any(label.startswith("disk full on node") for label in labels)

@@ -15,15 +15,19 @@ import pytest
 from dht.conformance.faults import (
     BOUND,
     CLIENT_TIMEOUT,
+    RESUME_SECONDS,
+    VOLUME_BYTES,
     Recorder,
     describe,
     during,
     first_failure,
     seconds,
+    stored,
     took,
+    write_until_stored,
 )
 from dht.conformance.http_client import status_code
-from dht.conformance.launcher import Cluster, Node, node_workdir
+from dht.conformance.launcher import Cluster, node_workdir
 from dht.conformance.rules import rule
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.operation import Kind, Op
@@ -34,12 +38,6 @@ pytestmark = pytest.mark.disk
 KEYS = key_space(16)
 CLIENTS = 6
 MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
-# Each node's volume: room for the scenario's data many times over, small enough to
-# fill at once.
-VOLUME_BYTES = 256 * 1024 * 1024
-# After the ballast goes, a write through the node must succeed within this long; a
-# node that needs a restart for it gets one, and then the bound.
-RESUME_SECONDS = 10.0
 FULL = 2
 
 
@@ -73,23 +71,6 @@ def small_disks(tmp_path: Path) -> Iterator[tuple[Cluster, list[SmallDisk]]]:
             disk.close()
 
 
-def stored(op: Op) -> bool:
-    return op.status == 201
-
-
-def write_until_stored(recorder: Recorder, node: Node, deadline: float) -> Op:
-    """PUTs through `node` until one is stored or `deadline` seconds pass; the last."""
-    started = time.monotonic()
-    number = 0
-    while True:
-        number += 1
-        key = KEYS[number % len(KEYS)]
-        op = recorder.send(node, Kind.PUT, key, f"resumed-{number}".encode())
-        if stored(op) or time.monotonic() - started > deadline:
-            return op
-        time.sleep(0.1)
-
-
 @rule("20.1")
 def test_a_node_whose_volume_fills_under_load_keeps_answering_and_loses_nothing(
     small_disks: tuple[Cluster, list[SmallDisk]],
@@ -106,13 +87,13 @@ def test_a_node_whose_volume_fills_under_load_keeps_answering_and_loses_nothing(
         alive = victim.running and status_code(victim.url) == 200
         disk.free()
     freed = time.monotonic()
-    first = write_until_stored(recorder, victim, RESUME_SECONDS)
+    first = write_until_stored(recorder, victim, KEYS, RESUME_SECONDS)
     restarted = ""
     if not stored(first):
         with recorder.fault(f"restart {recorder.name(victim)} on its data"):
             victim.kill()
             victim.start()
-        first = write_until_stored(recorder, victim, BOUND)
+        first = write_until_stored(recorder, victim, KEYS, BOUND)
         restarted = " and a restart"
     after = time.monotonic() - freed
     time.sleep(seconds(3.0, 1.0))
