@@ -157,3 +157,51 @@ def test_the_kit_finds_the_naive_node_loses_writes_under_clock_skew(tmp_path: Pa
     assert results[0]["outcome"] == "failed", (counts, results[0])
     assert "history judged:" in str(results[0]["message"]), results[0]
     assert counts["lost"] > 0, counts
+
+
+# The naive node under the nemesis: this seed's first fault, from 2 s on, sets one
+# node's clock 30 s ahead; a later fault cuts another node's links both ways.
+NEMESIS_SEED = 126
+NEMESIS_SECONDS = 12
+
+
+def test_the_kit_finds_the_naive_node_loses_writes_under_the_nemesis(tmp_path: Path) -> None:
+    """Rule 21.1 on the naive node (--quick, a fixed seed, no shrink): a coordinator
+    whose clock is 30 s ahead stamps its writes newer than the writes acknowledged after
+    them through the other nodes, so those are lost. The kit must fail the rule, the
+    report must name the seed and say what was lost, with examples. Skipped where the
+    clock cannot be moved (the seed's schedule then has no clock fault to lose by)."""
+    reason = fake_clock.unavailable()
+    if reason is not None:
+        pytest.skip(f"clock faults need a fake clock: {reason}")
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
+            *("--tiers", "nemesis", "--quick", "--seed", str(NEMESIS_SEED)),
+            *("--nemesis-seconds", str(NEMESIS_SECONDS), "--shrink-minutes", "0"),
+            *("--node-command", NAIVE_COMMAND),
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    report = (tmp_path / "report" / "report.md").read_text()
+    results = [
+        result
+        for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
+        if (result := json.loads(line))["outcome"] != "not run"
+    ]
+    assert [result["rules"] for result in results] == [["21.1"]], results
+    message = str(results[0]["message"])
+    assert results[0]["outcome"] == "failed", results[0]
+    assert message.startswith(f"seed {NEMESIS_SEED}, ") and "history judged:" in message, message
+    row = re.search(r"^\| nemesis-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
+    assert row, report
+    counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+    assert counts["lost"] > 0, counts
+    assert f"Seed {NEMESIS_SEED}, {NEMESIS_SECONDS} s, " in report, report
+    assert re.search(
+        r"^- lost \(\d+\), the first \d+:\n  - `'key-\d+': acknowledged ", report, re.M
+    )
