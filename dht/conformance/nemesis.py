@@ -220,7 +220,7 @@ class ShrinkResult:
 
     smallest: NemesisRun
     original: int  # faults in the failing run
-    tries: int
+    tries: int  # the runs it made, a try made again included
     seconds: float
     minimal: bool  # 1-minimal; False when the budget ended the search first
     unresolved: int = 0  # tries that could not run
@@ -253,24 +253,28 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
     # The failing runs by their faults' starts (one fault at a time: each start is its own).
     failing: dict[tuple[float, ...], NemesisRun] = {}
 
-    tries = iter(range(1, 1_000_000))
+    runs = 0
 
     def fails(subset: tuple[Fault, ...]) -> bool | None:
         # A node that does not come back from a fault fails its run (NotHealed, in
         # `drive`); a try that could not run at all (the kit's own trouble: a port taken,
-        # a mount refused) is tried once more, then left unresolved: it says nothing of
-        # the failure being shrunk, and is never taken for a pass.
+        # a mount refused) is tried once more if the budget allows, then left unresolved:
+        # it says nothing of the failure being shrunk, and is never taken for a pass.
+        nonlocal runs
         for again in (False, True):
+            if again and out_of_time(subset):
+                return None
+            runs += 1
             try:
                 # A short folder: the power-loss filesystem's control socket lives in it.
                 attempt = run_schedule(
-                    failed.schedule.keeping(subset), root / f"t{next(tries)}", "nemesis-shrunk"
+                    failed.schedule.keeping(subset), root / f"t{runs}", "nemesis-shrunk"
                 )
                 break
             except Exception:
                 log.exception("a shrink's try of %d faults could not run", len(subset))
-                if again:
-                    return None
+        else:
+            return None
         if attempt.failure:
             failing[starts(subset)] = attempt
         else:
@@ -289,7 +293,7 @@ def shrink_run(failed: NemesisRun, root: Path, minutes: float) -> ShrinkResult:
     result = ShrinkResult(
         smallest,
         len(failed.schedule.faults),
-        shrunk.tries,
+        runs,  # the tries, and a try made again
         time.monotonic() - started,
         shrunk.minimal,
         shrunk.unresolved,
@@ -321,7 +325,10 @@ def shrink_ending(minimal: bool, finished: bool) -> str:
 
 
 def could_not_run(unresolved: int) -> str:
-    return f", {unresolved} of which could not run" if unresolved else ""
+    """A shrink's unresolved tries, as the summary and the report count them."""
+    if not unresolved:
+        return ""
+    return f"; {unresolved} {'try' if unresolved == 1 else 'tries'} could not be run"
 
 
 def starts(faults: tuple[Fault, ...]) -> tuple[float, ...]:

@@ -32,7 +32,7 @@ def test_a_shrink_whose_tries_could_not_run_says_so_and_claims_no_minimum(
     shrink |= {"minimal": False, "unresolved": 2, "finished": True}
     (tmp_path / "shrink.json").write_text(json.dumps(shrink))
     assert nemesis_notes(tmp_path)[-1].startswith(
-        "Shrunk from 5 faults to 2 in 250.0 s (7 runs, 2 of which could not run, "
+        "Shrunk from 5 faults to 2 in 250.0 s (7 runs; 2 tries could not be run, "
         "not shown 1-minimal: a try it needed could not run)"
     )
 

@@ -102,6 +102,6 @@ def test_a_shrink_try_that_cannot_run_is_tried_again_and_never_taken_for_a_pass(
     assert culprit in shrunk.smallest.schedule.faults
     assert len(shrunk.smallest.schedule.faults) == 2
     assert not shrunk.minimal and shrunk.unresolved == 1
-    assert "1 of which could not run, not shown 1-minimal" in shrunk.summary()
+    assert "; 1 try could not be run, not shown 1-minimal" in shrunk.summary()
     facts = json.loads((shrunk.smallest.run_dir / nemesis.SHRINK_FILE).read_text())
     assert facts["unresolved"] == 1 and facts["minimal"] is False
