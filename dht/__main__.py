@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dht.command_line.node_flags import node_config
 from dht.command_line.parser import build_parser
+from dht.extras import KIT, NODE, missing_line
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=getattr(args, "log_level", "INFO"), format=LOG_FORMAT, stream=sys.stderr
     )
+    if (missing := missing_part(args)) is not None:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     if args.command == "node":
         try:
             config = node_config(args)
@@ -140,6 +144,27 @@ def main(argv: list[str] | None = None) -> int:
     from dht.testbed.cluster import run_cluster
 
     return run_cluster(args)
+
+
+def missing_part(args: argparse.Namespace) -> str | None:
+    """The line that says which part of dht (dht/extras.py) the command runs on and is
+    not installed, None when nothing is missing: the node's for `node` and `repair`, the
+    kit's for the test bed (`cluster`, `cockpit`), and the node's too for a cluster of
+    dht's own nodes. `membership` only talks to running nodes: neither."""
+    command = f"python -m dht {args.command}"
+    if args.command in ("node", "repair"):
+        return missing_line(command, [NODE])
+    if args.command not in ("cluster", "cockpit"):
+        return None
+    if (line := missing_line(command, [KIT])) is not None:
+        return line
+    if args.command == "cluster" and args.action is None and args.node_command is None:
+        return missing_line(
+            f"{command} without --node-command",
+            [NODE],
+            instead="give --node-command TEMPLATE to run another implementation's nodes",
+        )
+    return None
 
 
 def netns_refusal(host: str) -> str | None:

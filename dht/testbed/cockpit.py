@@ -389,11 +389,10 @@ async def serve(config: CockpitConfig) -> None:
 
 
 def run_cockpit(config: CockpitConfig) -> int:
-    """Runs the cockpit until a signal; 1 with a one-line error if it cannot listen."""
-    import uvloop
-
+    """Runs the cockpit until a signal; 1 with a one-line error if it cannot listen.
+    asyncio's own loop: the cockpit is the kit's, which installs without uvloop."""
     try:
-        uvloop.run(serve(config))
+        asyncio.run(serve(config))
     except OSError as exc:  # the port is taken, the address is not ours, ...
         log.error("cannot start the dashboard on %s:%d: %s", config.host, config.port, exc)
         return 1

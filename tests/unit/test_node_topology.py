@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.__main__ import parse_args
+from dht.conformance.command import parse_args
 from dht.conformance.launcher import TOPOLOGY_HOST_ENV, Cluster
 
 OTHER_COMMAND = "my-node --port {port} --topology {cluster} --me {self}"
