@@ -1,5 +1,6 @@
 """The repository's own fixtures on top of the kit's (dht/conformance/fixtures.py): a
-cluster whose every link crosses Toxiproxy, and a folder that a power cut can hit."""
+cluster whose every link crosses Toxiproxy, a folder that a power cut can hit, and the
+wheels that dht's installs are made from."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dht.conformance.launcher import Cluster
 from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import Testbed
 from tests.launcher import chaos_cluster
+from tests.wheelhouse import Wheelhouse, build_wheelhouse
 
 ChaosClusterFactory = Callable[..., tuple[Cluster, Testbed]]
 
@@ -44,3 +46,10 @@ def lazy_mount(tmp_path: Path) -> Iterator[PowerLossMount]:
         pytest.skip(reason)
     with mount(tmp_path / "backing", tmp_path / "mount") as mounted:
         yield mounted
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
+    """The wheel this clone builds and every wheel its installs pull in, fetched once per
+    session (tests/wheelhouse.py): `wheelhouse.install(folder, "kit")` is a fresh venv."""
+    return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))

@@ -8,17 +8,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from dht.testbed.toxiproxy import find_toxiproxy_server
+from tests.wheelhouse import Wheelhouse
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-INSTALL_DEADLINE = 600.0
 KIT_DEADLINE = 900.0
 
 
@@ -49,27 +47,12 @@ class InstalledKit:
 
 
 @pytest.fixture(scope="module")
-def installed_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstalledKit]:
-    root = tmp_path_factory.mktemp("installed-kit")
-    wheels, venv, workdir = root / "wheels", root / "venv", root / "empty"
-    workdir.mkdir()
-
-    def run(*command: str | Path) -> None:
-        subprocess.run(
-            [str(part) for part in command],
-            check=True,
-            capture_output=True,
-            timeout=INSTALL_DEADLINE,
-            cwd=root,
-        )
-
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, REPOSITORY)
-    (wheel,) = wheels.glob("dht-*.whl")
-    run(sys.executable, "-m", "venv", venv)
-    # The same versions as the clone's .venv (pip's cache serves them, no new download).
-    lock = REPOSITORY / "requirements.lock"
-    run(venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", "-c", lock, wheel)
-    yield InstalledKit(venv, workdir)
+def installed_kit(wheelhouse: Wheelhouse, tmp_path_factory: pytest.TempPathFactory) -> InstalledKit:
+    """The kit with dht's node beside it (the nodes it grades by default), from the
+    wheel into a fresh venv; tests/installs checks each of the two installs alone."""
+    install = wheelhouse.install(tmp_path_factory.mktemp("installed-kit"), "node,kit")
+    install.compile_imports("dht.__main__", "dht.node", "dht.conformance.command")
+    return InstalledKit(install.venv, install.workdir)
 
 
 def test_the_wheel_installs_a_command_with_help_and_version(installed_kit: InstalledKit) -> None:
