@@ -17,9 +17,10 @@ TOXIPROXY := .tools/bin/toxiproxy-server
 # The newest v12 the module proxy lists (`go list -m -versions github.com/tsenart/vegeta/v12`).
 VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
-CHECKED := $(wildcard dht tests chaos locustfiles bench)
+CHECKED := $(wildcard dht tests chaos locustfiles bench deploy)
 
-.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse faketime lock clean
+.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse faketime lock clean \
+	image image-base image-test podman compose-tls
 
 run: $(STAMP)
 	$(PY) -m dht cluster
@@ -101,6 +102,78 @@ faketime:
 		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime faketime >/dev/null; } || \
 		echo "libfaketime not found, the clock tier's rules will be skipped: sudo apt-get install libfaketime" >&2
+
+# The node's image (deploy/Containerfile; README's "Run in containers"), built without
+# a registry: mmdebstrap makes a Debian root filesystem with Python 3.11, `podman
+# import` makes it the base image (once; `make image-base` again to refresh it), pip on
+# the host fetches the node's wheels, and `podman build` installs them FROM that base.
+# Podman runs with deploy/containers.conf (runc, no ulimits above the machine's), and
+# as root: rootful podman, and mmdebstrap's root mode.
+IMAGE := localhost/dht:latest
+IMAGE_BASE := localhost/dht-base:bookworm
+IMAGE_WHEELS := build/image/wheels
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+export CONTAINERS_CONF ?= $(abspath deploy/containers.conf)
+
+image: podman $(IMAGE_WHEELS)/.dependencies deploy/secrets/cluster-secret
+	@podman image exists $(IMAGE_BASE) || $(MAKE) --no-print-directory image-base
+	rm -rf build/lib $(IMAGE_WHEELS)/dht-*.whl
+	SOURCE_DATE_EPOCH=315532800 $(PY) -m pip wheel --quiet --disable-pip-version-check \
+		--no-deps -w $(IMAGE_WHEELS) .
+	podman build --format docker --build-arg BASE=$(IMAGE_BASE) \
+		--build-arg WHEELS=$(IMAGE_WHEELS) -f deploy/Containerfile -t $(IMAGE) .
+
+# The wheels of the node's dependencies, at requirements.lock's versions: fetched again
+# only when those change. dht's own wheel is made on every `make image`, the same bytes
+# from the same source (SOURCE_DATE_EPOCH), so podman's cache holds while nothing changed.
+$(IMAGE_WHEELS)/.dependencies: $(STAMP) pyproject.toml requirements.lock
+	rm -rf $(IMAGE_WHEELS)
+	$(PY) -m pip wheel --quiet --disable-pip-version-check -w $(IMAGE_WHEELS) \
+		-c requirements.lock '.[node]'
+	touch $@
+
+# Debian's python3 and python3-venv (3.11, like python:3.11-slim), useradd, and
+# libstdc++ for plyvel's wheel (which carries its own LevelDB); no docs, no apt.
+image-base: podman
+	mkdir -p build/image
+	mmdebstrap --quiet --variant=essential --include=python3,python3-venv,passwd,libstdc++6 \
+		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+		--aptopt='APT::Install-Recommends "false"' \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		bookworm build/image/base.tar "deb $(DEBIAN_MIRROR) bookworm main" \
+		"deb $(DEBIAN_MIRROR) bookworm-updates main" \
+		"deb $(DEBIAN_MIRROR)-security bookworm-security main"
+	podman import --quiet build/image/base.tar $(IMAGE_BASE)
+	rm build/image/base.tar
+
+# The image's test (tests/deploy): a three-node compose cluster from the image. Minutes,
+# so not part of `make test`; it skips unless DHT_IMAGE_TESTS=1.
+image-test: image
+	DHT_IMAGE_TESTS=1 $(PY) -m pytest tests/deploy
+
+# The compose cluster's secret (compose.yaml): made once, readable only through its
+# folder, and by the node's user in the container (it runs as another uid).
+deploy/secrets/cluster-secret:
+	mkdir -p -m 0700 deploy/secrets
+	$(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $@.new
+	chmod 0444 $@.new && mv $@.new $@
+
+# TLS between the compose cluster's nodes (deploy/compose.tls.yaml): a CA and a
+# certificate per node in deploy/secrets/tls.
+compose-tls: $(STAMP)
+	$(PY) deploy/certificates.py deploy/secrets/tls
+
+# Podman and what `make image` builds with: Debian's packages, installed by root like
+# wrk above; anyone else gets one line saying how.
+podman:
+	@{ command -v podman && command -v runc && command -v mmdebstrap && \
+		command -v podman-compose; } >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap \
+		podman-compose >/dev/null; } || \
+		{ echo "podman not found: sudo apt-get install podman runc mmdebstrap podman-compose" >&2; exit 1; }
 
 $(VEGETA):
 	mkdir -p .tools/bin
