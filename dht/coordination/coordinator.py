@@ -317,10 +317,15 @@ class Coordinator:
                     # heard, and that record may be an acknowledged write's. The write
                     # may or may not have taken effect: 504, not a false 201.
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
-                heard = await self._learn_versions(key, kept)
+                heard, beyond = await self._learn_versions(key, kept)
+                if len(beyond) == len(kept):
+                    # What they kept is past the drift bound: no node that keeps the
+                    # bound took it, so it is no acknowledged write's (rule 8.4), and
+                    # every read ignores it. Nothing to pass.
+                    return Outcome(success)
                 if not heard:
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
-                caught_up = len(heard) == len(kept)
+                caught_up = len(heard) + len(beyond) == len(kept)
                 try:
                     record = dataclasses.replace(record, version=self._clock.now())
                 except DiskFull:
@@ -348,34 +353,47 @@ class Coordinator:
             self._locally(tally, lambda: self._storage.write(key, record))
         return tally
 
-    async def _learn_versions(self, key: bytes, urls: list[str]) -> dict[str, Record | None]:
+    async def _learn_versions(
+        self, key: bytes, urls: list[str]
+    ) -> tuple[dict[str, Record | None], set[str]]:
         """Moves this node's clock past the records of `key` that the replicas `urls`
-        hold (they kept them over a write of this node's); returns those heard, by
-        replica (none heard: empty). Its own replica's record is read from storage: what
-        it kept may have come by a handoff, which moves no clock."""
+        hold (they kept them over a write of this node's). Returns those heard, by
+        replica, and the replicas whose record is further ahead than the drift bound
+        (the clock does not move for it, rule 8.4); a replica in neither was not heard.
+        Its own replica's record is read from storage: what it kept may have come by a
+        handoff, which moves no clock."""
         heard: dict[str, Record | None] = {}
+        beyond: set[str] = set()
         peers = [(url, self._peers.get(url)) for url in urls if url != self._self_url]
         remote = [(url, peer) for url, peer in peers if peer is not None]  # not retired
         reads = [peer.get(key) for _, peer in remote]
+        answers: list[tuple[str, Record | BaseException | None]] = []
         if self._self_url in urls:
             try:
-                if (own := self._storage.get(key)) is not None:
-                    self._clock.observe(own.version)
-                heard[self._self_url] = own
-            except (VersionAhead, DiskFull) as exc:
-                self._refusals.warning("restamp", "could not take this node's version: %s", exc)
-        for (url, _), answer in zip(
-            remote, await asyncio.gather(*reads, return_exceptions=True), strict=True
-        ):
+                answers.append((self._self_url, self._storage.get(key)))
+            except Exception as exc:
+                answers.append((self._self_url, exc))
+        answers += zip(
+            [url for url, _ in remote],
+            await asyncio.gather(*reads, return_exceptions=True),
+            strict=True,
+        )
+        for url, answer in answers:
             if isinstance(answer, BaseException):
                 log_replica_failure(url, answer)
                 continue
             try:
-                self._accept_remote(url, answer)
-            except PeerError:
+                if answer is not None:
+                    self._clock.observe(answer.version)
+            except VersionAhead as exc:
+                self._refusals.warning("version-ahead", "%s kept a record: %s", url, exc)
+                beyond.add(url)
+                continue
+            except DiskFull as exc:  # the ceiling (SPEC 8.7) not saved: the clock did not move
+                self._refusals.warning("disk-full", "could not take %s's version: %s", url, exc)
                 continue
             heard[url] = answer
-        return heard
+        return heard, beyond
 
     async def _write_here(
         self,

@@ -257,3 +257,22 @@ async def test_a_write_whose_kept_record_is_never_heard_is_answered_504_not_201(
     assert outcome.status is Status.NOT_ENOUGH_REPLICAS
     assert len(a.puts) == RESTAMPS + 1
     assert made.counters.restamped_writes == 1  # one write, sent again RESTAMPS times
+
+
+async def test_a_record_kept_past_the_drift_bound_is_no_reason_to_send_again_nor_to_fail(
+    replicas: Callable[..., Replica],
+) -> None:
+    """A replica holds a record a year ahead (a node whose clock was a year ahead wrote
+    it before it was fenced). No node that keeps the drift bound took it, so it is no
+    acknowledged write's, and reads ignore it (rule 8.4): the write is acknowledged as
+    it was before writes were sent again, not answered 504 (found by
+    tests/spec/test_dht_version_bound.py, when the skewed replica answered first)."""
+    year_ahead = Record.live(version_at(WALL_MS + 365 * 86_400_000), b"future", 0, 3)
+    a, b, c = replicas(A, year_ahead), replicas(B), replicas(C)
+    c.hold = True  # the decision is A's (kept) and B's (stored)
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"today", None), timeout=2)
+    c.release()
+    assert outcome.status is Status.STORED
+    assert len(a.puts) == 1 and made.counters.restamped_writes == 0
+    assert b.record is not None and b.record.value == b"today"
