@@ -103,7 +103,7 @@ faketime:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime faketime >/dev/null; } || \
 		echo "libfaketime not found, the clock tier's rules will be skipped: sudo apt-get install libfaketime" >&2
 
-# The node's image (deploy/Containerfile; README's "Run in containers"), built without
+# The node's image (deploy/Containerfile; docs/operating.md, "Run in containers"), built without
 # a registry: mmdebstrap makes a Debian root filesystem with Python 3.11, `podman
 # import` makes it the base image (once; `make image-base` again to refresh it), pip on
 # the host fetches the node's wheels, and `podman build` installs them FROM that base.

@@ -4,8 +4,8 @@ node, a certificate naming its service (`dht-1`, ...), its host in `--cluster`.
     python deploy/certificates.py deploy/secrets/tls
 
 The CA comes from the test bed (dht/testbed/certificates.py): its key sits next to its
-certificate, fine for a cluster on one machine, not for real hosts (README's Security
-section says how to make those). Files already there are kept, so the nodes' certificates
+certificate, fine for a cluster on one machine, not for real hosts (docs/security.md, "TLS
+between nodes", says how to make those). Files already there are kept, so the nodes' certificates
 stay signed by one CA. Every file is made readable by all, for the node's user in the
 container (another uid than the host's owner): the folder, its owner's only, guards them.
 """

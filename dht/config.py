@@ -1,8 +1,8 @@
 """Every setting of a node, declared once: its field of `NodeConfig` carries its default
 and, in `Setting`, its flag, bounds and help. The command line's flags, the flags the
-local cluster passes on to its nodes and README's flags table are all made from these
-declarations (dht/command_line/node_flags.py, dht/testbed/node_processes.py, and a test that
-README's table is `flags_table()`)."""
+local cluster passes on to its nodes and the flags table of docs/operating.md are all
+made from these declarations (dht/command_line/node_flags.py,
+dht/testbed/node_processes.py, and a test that the page's table is `flags_table()`)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class Flag:
 
 
 def node_settings() -> Iterator[Flag]:
-    """Every setting of `NodeConfig`, in the order `--help` and README list them."""
+    """Every setting of `NodeConfig`, in the order `--help` and docs/operating.md list them."""
     for spec in dataclasses.fields(NodeConfig):
         declared: Setting = spec.metadata["setting"]
         flag = declared.flag or "--" + spec.name.replace("_", "-")

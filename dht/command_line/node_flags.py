@@ -1,7 +1,7 @@
 """The node's flags, made from the settings `NodeConfig` declares (dht/config.py): the
 argparse arguments of `node` and `cluster`, the `NodeConfig` built from what was parsed,
-and README's flags table (`python -m dht.command_line.node_flags` prints it;
-tests/unit/test_node_settings.py checks README holds it)."""
+and the flags table of docs/operating.md (`python -m dht.command_line.node_flags` prints
+it; tests/unit/test_node_settings.py checks the page holds it)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def flags_table() -> str:
-    """README's table of the node's flags: flag, default and meaning, from the help."""
+    """docs/operating.md's table of the node's flags: flag, default and meaning, from the help."""
     lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
     for flag in node_settings():
         declared = flag.setting

@@ -3,8 +3,8 @@
 trustme (on `cryptography`).
 
 Certificates made this way are for one machine's test clusters: the CA's key sits next
-to its certificate, unprotected. README's Security section says how to make them for
-real hosts.
+to its certificate, unprotected. docs/security.md ("TLS between nodes") says how to make them
+for real hosts.
 """
 
 from __future__ import annotations

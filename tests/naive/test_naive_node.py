@@ -126,7 +126,7 @@ def test_the_kit_finds_the_naive_node_loses_writes_under_clock_skew(tmp_path: Pa
     wall clock alone, so with one node's clock 30 s behind, a write through it that
     follows a write at 2/2 through another node gets an older timestamp than the one it
     follows, and loses to it, in every pair whatever the timing. The kit must fail the
-    rule with writes lost. (A full run fails all six clock rules: README. CI runs this
+    rule with writes lost. (A full run fails all six clock rules: docs/kit.md. CI runs this
     one, to keep its time: it is the shortest, and the one the naive node loses writes in
     every run; in 19.1 a short run loses a few, or one.) Skipped where the fake clock
     cannot run (no libfaketime, not Linux)."""

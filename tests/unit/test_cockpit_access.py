@@ -110,7 +110,7 @@ async def test_a_token_given_in_the_query_goes_neither_to_toxiproxy_nor_to_the_l
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Found by review: a change through the Toxiproxy routes with `?token=` (one of the
-    three ways the README gives scripts) forwarded the cockpit's token to Toxiproxy in
+    three ways docs/testbed.md gives scripts) forwarded the cockpit's token to Toxiproxy in
     the query, and logged it in the line "Toxiproxy POST /reset?token=...: 204"."""
     seen: list[str] = []
 

@@ -1,5 +1,5 @@
-"""The node's settings are declared once (dht/config.py): README's flags table and the
-flags `cluster` passes on are made from the declarations."""
+"""The node's settings are declared once (dht/config.py): the flags table of
+docs/operating.md and the flags `cluster` passes on are made from the declarations."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from dht.command_line.parser import build_parser
 from dht.config import node_settings
 from dht.testbed.node_processes import passed_settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 
-def readme_flags_table() -> str:
-    lines = README.read_text().splitlines()
+def operating_flags_table() -> str:
+    lines = OPERATING.read_text().splitlines()
     start = lines.index("| flag | default | meaning |")
     end = start
     while end < len(lines) and lines[end].startswith("|"):
@@ -24,9 +24,9 @@ def readme_flags_table() -> str:
     return "\n".join(lines[start:end]) + "\n"
 
 
-def test_readme_flags_table_is_the_one_the_declarations_make() -> None:
-    assert readme_flags_table() == flags_table(), (
-        "README.md's flags table is out of date; paste in the output of "
+def test_the_flags_table_is_the_one_the_declarations_make() -> None:
+    assert operating_flags_table() == flags_table(), (
+        "docs/operating.md's flags table is out of date; paste in the output of "
         "`.venv/bin/python -m dht.command_line.node_flags`"
     )
 
