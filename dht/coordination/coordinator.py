@@ -295,6 +295,9 @@ class Coordinator:
         # decision (each such write has a replica among those A, which either stored a
         # newer version of this one or kept one at least as new).
         caught_up = False
+        # Replicas that kept a record further ahead than the drift bound, which this
+        # node cannot pass (rule 8.4): such an answer is no acknowledgement of this write.
+        beyond: set[str] = set()
         try:
             for round_ in range(RESTAMPS + 1):
                 tally = self._send_write(key, record, targets, quorums)
@@ -304,28 +307,29 @@ class Coordinator:
                     if tally.no_space:
                         return Outcome(Status.INSUFFICIENT_STORAGE)
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
-                kept = [url for url, stored in tally.answers.items() if not stored]
+                kept = [
+                    url for url, stored in tally.answers.items() if not stored and url not in beyond
+                ]
                 if not kept or caught_up:
                     # Caught up, what a replica kept came from a write running at the
                     # same time as this one, and either order of two concurrent writes
                     # is right: sending it again newer would only make another write
                     # running meanwhile the one sent again (found by review: eight
                     # writers of one key, clocks in step, sent 0.9 rounds more a write).
-                    return Outcome(success)
+                    return await self._acknowledged_without(tally, quorums, beyond, success)
                 if round_ == RESTAMPS:
                     # Never caught up: a replica that kept a newer record was never
                     # heard, and that record may be an acknowledged write's. The write
                     # may or may not have taken effect: 504, not a false 201.
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
-                heard, beyond = await self._learn_versions(key, kept)
-                if len(beyond) == len(kept):
-                    # What they kept is past the drift bound: no node that keeps the
-                    # bound took it, so it is no acknowledged write's (rule 8.4), and
-                    # every read ignores it. Nothing to pass.
-                    return Outcome(success)
+                heard, newly_beyond = await self._learn_versions(key, kept)
+                beyond |= newly_beyond
+                within = [url for url in kept if url not in beyond]
+                if not within:
+                    return await self._acknowledged_without(tally, quorums, beyond, success)
                 if not heard:
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
-                caught_up = len(heard) + len(beyond) == len(kept)
+                caught_up = len(heard) == len(within)
                 try:
                     record = dataclasses.replace(record, version=self._clock.now())
                 except DiskFull:
@@ -335,10 +339,39 @@ class Coordinator:
         finally:
             settling.close()
 
+    async def _acknowledged_without(
+        self,
+        tally: Tally[bool],
+        quorums: list[tuple[list[str], int]],
+        beyond: set[str],
+        success: Status,
+    ) -> Outcome:
+        """`success` once every replica set has `ack` answers from replicas other than
+        those that kept a record past the drift bound, waiting for the round's calls
+        still running if the decision counted one of them; 504 if too few come. Such a
+        record is a forged one, or an acknowledged write's that this node, its clock
+        far behind the majority's (a node not yet fenced, or a cluster of two), cannot
+        pass: on one replica of three the write is acknowledged by the other two; on
+        two it is not, and answering 201 would lose it (found by review)."""
+        answered = {url for url in tally.answers if url not in beyond}
+
+        def late(url: str, _: bool) -> None:
+            if url not in beyond:
+                answered.add(url)
+
+        def met() -> bool:
+            return all(len(answered & set(nodes)) >= ack for nodes, ack in quorums)
+
+        tally.on_late(late)  # those that came since the decision, and those to come
+        while not met() and tally.pending:
+            await asyncio.wait(set(tally.pending), return_when=asyncio.FIRST_COMPLETED)
+        return Outcome(success if met() else Status.NOT_ENOUGH_REPLICAS)
+
     def _send_write(
         self, key: bytes, record: Record, targets: list[str], quorums: list[tuple[list[str], int]]
     ) -> Tally[bool]:
-        tally: Tally[bool] = Tally(quorums, self.counters)
+        # Answers after the decision are kept for `_acknowledged_without`.
+        tally: Tally[bool] = Tally(quorums, self.counters, keeps_late=True)
         for url in targets:
             if url != self._self_url:
                 if (peer := self._peers.get(url)) is None:

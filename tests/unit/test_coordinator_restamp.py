@@ -269,10 +269,42 @@ async def test_a_record_kept_past_the_drift_bound_is_no_reason_to_send_again_nor
     tests/spec/test_dht_version_bound.py, when the skewed replica answered first)."""
     year_ahead = Record.live(version_at(WALL_MS + 365 * 86_400_000), b"future", 0, 3)
     a, b, c = replicas(A, year_ahead), replicas(B), replicas(C)
-    c.hold = True  # the decision is A's (kept) and B's (stored)
     made = coordinator([a, b, c])
     outcome = await asyncio.wait_for(made.put(KEY, b"today", None), timeout=2)
-    c.release()
     assert outcome.status is Status.STORED
     assert len(a.puts) == 1 and made.counters.restamped_writes == 0
     assert b.record is not None and b.record.value == b"today"
+
+
+async def test_a_record_past_the_bound_on_a_quorum_is_a_504_not_a_write_it_cannot_pass(
+    replicas: Callable[..., Replica],
+) -> None:
+    """The other way round: this node's clock is 70 s behind the majority's (not fenced
+    yet, or a cluster of two) and two replicas of three hold an acknowledged write
+    stamped by it. This node cannot take that version (rule 8.4) nor pass it: a 201
+    would be a write acknowledged and lost. Only C stored it: 504."""
+    ahead = Record.live(version_at(WALL_MS + 70_000), b"acknowledged", 0, 3)
+    a, b, c = replicas(A, ahead), replicas(B, ahead), replicas(C)
+    made = coordinator([a, b, c])
+    outcome = await asyncio.wait_for(made.put(KEY, b"later", None), timeout=2)
+    assert outcome.status is Status.NOT_ENOUGH_REPLICAS
+    assert a.record == ahead and b.record == ahead
+
+
+async def test_a_record_past_the_bound_counted_in_the_decision_waits_for_another_replica(
+    replicas: Callable[..., Replica],
+) -> None:
+    """A (past the bound) and B answered first; C answers later: the write is
+    acknowledged once C stored it, by B and C."""
+    year_ahead = Record.live(version_at(WALL_MS + 365 * 86_400_000), b"future", 0, 3)
+    a, b, c = replicas(A, year_ahead), replicas(B), replicas(C)
+    c.hold = True
+    made = coordinator([a, b, c])
+    write = asyncio.ensure_future(made.put(KEY, b"today", None))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not write.done(), "acknowledged by B alone"
+    c.release()
+    outcome = await asyncio.wait_for(write, timeout=2)
+    assert outcome.status is Status.STORED
+    assert c.record is not None and c.record.value == b"today"
