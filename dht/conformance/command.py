@@ -3,8 +3,9 @@ implementation of the v0 API by SPEC.md's rules.
 
 It runs the spec tests of the chosen tiers (the package's suite, dht/conformance/suite)
 under pytest, each test starting the implementation's own processes from the node
-command, and writes report.md (per tier: rules and tests passed and failed, and one line
-per failed rule) and junit.xml into the output folder.
+command (or grading a cluster already running, --nodes), and writes report.md (per
+tier: rules and tests passed and failed, and one line per failed rule) and junit.xml
+into the output folder.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from dht.conformance.fault_runs import fault_runs
 from dht.conformance.faults import QUICK_ENV
 from dht.conformance.http_client import status_code
-from dht.conformance.launcher import NODE_CWD_ENV, TOPOLOGY_HOST_ENV
+from dht.conformance.launcher import NODE_CWD_ENV, NODES_ENV, TOPOLOGY_HOST_ENV
 from dht.conformance.nemesis import SCHEDULE_ENV, SECONDS_ENV, SEED_ENV, SHRINK_ENV
 from dht.conformance.nemesis_schedule import new_seed
 from dht.conformance.report import (
@@ -37,6 +38,15 @@ from dht.conformance.report import (
     render,
     without_machine_paths,
 )
+from dht.conformance.running_cluster import (
+    CONTROL_ENV,
+    CONTROL_MEANING,
+    CONTROLS,
+    Controls,
+    control_problem,
+    parse_node_urls,
+)
+from dht.conformance.running_cluster import PLACEHOLDER_HELP as CONTROL_PLACEHOLDER_HELP
 from dht.conformance.spec import PART_ONE_TIERS, SPEC_PATH, load_rules
 from dht.extras import NODE, missing_line
 from dht.history.run_folder import RUNS_ENV
@@ -101,13 +111,34 @@ A > F); the report's first line says whether they all pass.
                failing run is shrunk (delta debugging over its faults, within
                --shrink-minutes) to the smallest schedule that still fails, with its
                seed, timeline and plot
+A cluster already running (in containers, on other hosts, under a course's launcher)
+is graded with --nodes URL,URL,... instead of --node-command. The kit starts, stops
+and wipes nothing itself; what the tests would do to a node's process it does through
+the control commands given, each a template run for one node (as the node command is:
+split like a shell line, without a shell), with these placeholders:
+"""
+    + CONTROL_PLACEHOLDER_HELP
+    + """  A test that needs a control not given is skipped with that reason in the report,
+  never failed; a test that takes a node away (kill, stop, pause) needs the command
+  that gives it back (start, resume), since every test leaves the cluster serving for
+  the next. Tests that need what only the kit's own start of nodes gives are skipped
+  the same way: the range, robustness, strict, clock, partition, power, disk and
+  nemesis tiers, link faults, a node's first second, a cluster of another size than
+  --nodes gives, durability on one node alone when --nodes gives several. Every test's
+  keys carry a prefix of their own (a new one on every run), so state left in the
+  cluster by other tests and runs is never read. One-node tests go to the first node.
 The report's second line says whether any acknowledged write was lost, read stale,
 undone or invented: under kill -9 (durability) or in any faults or clock scenario's
 history, the nemesis's included.
 Exit status: 0 every chosen rule passed, 1 some failed, 2 the run itself failed.
-Example:
+Examples:
   python -m dht.conformance --tiers core,range \\
       --node-command 'java -jar my.jar --port {port} --dir {data_dir} --topology {cluster}'
+  python -m dht.conformance --tiers core,replication,durability,faults --quick \\
+      --nodes http://127.0.0.1:8080,http://127.0.0.1:8081,http://127.0.0.1:8082 \\
+      --kill-command 'podman kill -s KILL dht-{number}' \\
+      --start-command 'podman start dht-{number}' \\
+      --stop-command 'podman stop -t 10 dht-{number}'
 """
 )
 
@@ -149,6 +180,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the command that starts one node (default: dht's own, python -m dht node, "
         "where dht[node] is installed)",
     )
+    parser.add_argument(
+        "--nodes",
+        metavar="URL,URL,...",
+        help="grade a cluster already running at these URLs, http://HOST:PORT each, "
+        "instead of starting nodes (not with --node-command)",
+    )
+    for name in CONTROLS:
+        parser.add_argument(
+            f"--{name}-command",
+            metavar="TEMPLATE",
+            help=f"with --nodes, how to {CONTROL_MEANING[name]}",
+        )
     parser.add_argument(
         "--topology-host",
         choices=TOPOLOGY_HOSTS,
@@ -220,6 +263,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
+    args.node_urls = running_cluster_args(parser, args)
     if args.seed is None:
         args.seed = new_seed()
     if args.nemesis_seconds is None:
@@ -230,6 +274,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if (problem := template_problem(args.node_command)) is not None:
             parser.error(problem)
     return args
+
+
+def running_cluster_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The URLs of --nodes, checked with the control commands (parser.error when they
+    cannot be used); [] when the kit starts its own nodes."""
+    given = [name for name in CONTROLS if getattr(args, f"{name}_command") is not None]
+    if args.nodes is None:
+        if given:
+            parser.error(f"--{given[0]}-command acts on the nodes of --nodes; give --nodes too")
+        return []
+    if args.node_command is not None:
+        parser.error(
+            "give --nodes (a cluster already running) or --node-command (nodes the kit "
+            "starts), not both"
+        )
+    if args.topology_host is not None:
+        parser.error("--topology-host names the nodes the kit starts; --nodes gives the URLs")
+    for name in given:
+        if (problem := control_problem(name, getattr(args, f"{name}_command"))) is not None:
+            parser.error(problem)
+    try:
+        return parse_node_urls(args.nodes)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def controls_of(args: argparse.Namespace) -> Controls:
+    return Controls(
+        {
+            name: getattr(args, f"{name}_command")
+            for name in CONTROLS
+            if getattr(args, f"{name}_command") is not None
+        }
+    )
+
+
+def nodes_not_serving(urls: list[str], start_timeout: float) -> str | None:
+    """None when every node of --nodes answers /v0/status with 200 within
+    `start_timeout`, else which does not and what it answered: a cluster that is not up
+    is told in one line before a single rule runs."""
+    deadline = time.monotonic() + start_timeout
+    for number, url in enumerate(urls, start=1):
+        while (answer := status_code(url)) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if answer != 200:
+            said = "nothing answered" if answer is None else f"it answered {answer}"
+            return f"node{number} {url}: GET /v0/status within {start_timeout} s: {said}"
+    return None
 
 
 def pytest_command(args: argparse.Namespace, results: Path) -> list[str]:
@@ -305,13 +397,16 @@ def preflight(node_command: str, start_timeout: float, topology_host: str) -> st
         return f"{line!r} exited with code {code} before answering /v0/status: {last}"
 
 
-def machine_folders(node_command: str | None, scratch: str) -> list[str]:
+def machine_folders(
+    node_command: str | None, scratch: str, controls: Controls | None = None
+) -> list[str]:
     """The folders of this machine a run's files may name: where nodes kept their data,
     where the kit and Python live, where it ran from, the home folder, and the folders
-    of the absolute paths in the node command."""
+    of the absolute paths in the node command and the control commands."""
     folders = [scratch, sys.prefix, sys.base_prefix, os.getcwd(), str(Path.home())]
     folders.append(str(Path(__file__).resolve().parents[2]))
-    for word in shlex.split(node_command or ""):
+    commands = [node_command or "", *(controls.commands.values() if controls else ())]
+    for word in (word for command in commands for word in shlex.split(command)):
         if word.startswith("/"):
             folders.append(str(Path(word).parent))
     return folders
@@ -331,7 +426,12 @@ def make_portable(out: Path, folders: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.node_command is None:
+    if args.node_urls:
+        problem = nodes_not_serving(args.node_urls, args.start_timeout)
+        if problem is not None:
+            print(f"the cluster of --nodes does not serve: {problem}", file=sys.stderr)
+            return 2
+    elif args.node_command is None:
         # dht's own nodes, the default, are the node's part of dht, not the kit's.
         missing = missing_line(
             f"{program_name()} without --node-command (dht's own nodes)",
@@ -363,16 +463,26 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.nemesis_schedule is not None:
         env[SCHEDULE_ENV] = str(args.nemesis_schedule.resolve())
-    env.pop("DHT_NODE_COMMAND", None)
+    for name in ["DHT_NODE_COMMAND", NODES_ENV, *CONTROL_ENV.values()]:
+        env.pop(name, None)
     if args.node_command is not None:
         env["DHT_NODE_COMMAND"] = args.node_command
+    controls = controls_of(args)
+    if args.node_urls:
+        env[NODES_ENV] = ",".join(args.node_urls)
+        env |= controls.environment()
     implementation = args.node_command or "dht (python -m dht node)"
+    if args.node_urls:
+        implementation = f"the running cluster {','.join(args.node_urls)}"
+    target = (
+        "{cluster} and {self} name nodes http://" + args.topology_host + ":PORT"
+        if not args.node_urls
+        else "controls " + (", ".join(controls.commands) or "none")
+    )
     started_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     started = time.monotonic()
     print(
-        f"conformance: tiers {', '.join(args.tiers)} against {implementation}; "
-        f"{{cluster}} and {{self}} name nodes http://{args.topology_host}:PORT",
-        flush=True,
+        f"conformance: tiers {', '.join(args.tiers)} against {implementation}; {target}", flush=True
     )
     if "nemesis" in args.tiers and args.nemesis_schedule is not None:
         print(f"nemesis: the schedule of {args.nemesis_schedule}", flush=True)
@@ -394,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.STDOUT,
             check=False,
         )
-        folders = machine_folders(args.node_command, scratch)
+        folders = machine_folders(args.node_command, scratch, controls)
     results = read_results(results_path)
     # pytest's 0 and 1 are "all passed" and "some failed"; anything else (a usage or
     # collection error, no test selected) means the rules were never run.
@@ -412,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         started=started_at,
         seconds=time.monotonic() - started,
         spec_link=SPEC_PATH.name,
+        controls=tuple(controls.commands.items()),
     )
     found_runs = fault_runs(args.out, runs)
     report = render(results, load_rules(), facts, found_runs)

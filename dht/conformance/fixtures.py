@@ -4,6 +4,7 @@ conftest.py loads it for every test there."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.plugin import markers_of
+from dht.conformance.running_cluster import CONTROLS, RunningCluster, running_cluster, skip_reason
 from dht.conformance.spec import TIER_DESCRIPTIONS, TIERS, load_rules
 from dht.testbed import fake_clock
 from dht.testbed.fake_clock import FakeClock
@@ -28,14 +30,38 @@ def pytest_configure(config: pytest.Config) -> None:
     for tier, description in TIER_DESCRIPTIONS.items():
         config.addinivalue_line("markers", f"{tier}: {description}")
     config.addinivalue_line("markers", "rule(*numbers): the SPEC.md rules a test checks")
+    config.addinivalue_line(
+        "markers",
+        f"controls(*names): what the test does to node processes ({', '.join(CONTROLS)}); "
+        "on a running cluster (--nodes) it needs those commands",
+    )
+    config.addinivalue_line(
+        "markers",
+        "lone_node(reason): the test's node must be alone in its cluster; on a running "
+        "cluster of more nodes it is skipped with the reason",
+    )
+
+
+@pytest.fixture(scope="session")
+def given_cluster() -> Iterator[RunningCluster | None]:
+    """The cluster the kit was given with --nodes (DHT_NODES), for the whole run; None
+    when the tests start their own nodes."""
+    cluster = running_cluster(os.environ)
+    yield cluster
+    if cluster is not None:
+        cluster.restore()
 
 
 @pytest.fixture
-def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    """start_cluster(size, extra_args=None) -> a started Cluster, stopped at teardown."""
+def start_cluster(tmp_path: Path, given_cluster: RunningCluster | None) -> Iterator[ClusterFactory]:
+    """start_cluster(size, extra_args=None) -> a started Cluster, stopped at teardown.
+    On a running cluster (--nodes): that cluster, if it has `size` nodes and no flags
+    are asked for; else the test is skipped, saying why."""
     started: list[Cluster] = []
 
     def start(size: int, extra_args: list[str] | None = None) -> Cluster:
+        if given_cluster is not None:
+            return given(given_cluster, size, extra_args)
         cluster = Cluster(tmp_path / f"cluster-{len(started)}", size, extra_args)
         started.append(cluster)
         return cluster.start()
@@ -45,10 +71,60 @@ def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
         cluster.stop()
 
 
+def given(cluster: RunningCluster, size: int, extra_args: list[str] | None) -> Cluster:
+    if size != len(cluster):
+        pytest.skip(
+            f"on a running cluster (--nodes): needs a cluster of {size} node(s) started "
+            f"for it; --nodes gives {len(cluster)}"
+        )
+    if extra_args:
+        pytest.skip(
+            f"on a running cluster (--nodes): needs its nodes started with {' '.join(extra_args)}"
+        )
+    return cluster
+
+
 @pytest.fixture
-def node(start_cluster: ClusterFactory) -> Node:
-    """A single-node cluster."""
+def node(start_cluster: ClusterFactory, given_cluster: RunningCluster | None) -> Node:
+    """A single-node cluster; on a running cluster (--nodes), its first node (a test that
+    needs it alone says so with @pytest.mark.lone_node)."""
+    if given_cluster is not None:
+        return given_cluster[0]
     return start_cluster(1)[0]
+
+
+def skip_on_running_cluster(items: list[pytest.Item]) -> None:
+    """On a running cluster (--nodes), marks skipped, with the reason, each test that
+    needs what only the kit's own start of nodes gives, or a control not given."""
+    cluster = running_cluster(os.environ)
+    if cluster is None:
+        return
+    for item in items:
+        tiers, _ = markers_of(item)
+        used = [name for marker in item.iter_markers("controls") for name in marker.args]
+        lone = item.get_closest_marker("lone_node")
+        reason = skip_reason(
+            tiers[0] if tiers else None,
+            getattr(item, "fixturenames", ()),
+            used,
+            str(lone.args[0]) if lone is not None else None,
+            cluster.controls,
+            len(cluster),
+        )
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def leaves_the_cluster_as_found(given_cluster: RunningCluster | None) -> Iterator[None]:
+    """On a running cluster: keys of the test's own, and every node serving again after
+    it (resumed, started). The suite uses it for every test."""
+    if given_cluster is None:
+        yield
+        return
+    given_cluster.begin_test()
+    yield
+    given_cluster.restore()
 
 
 @pytest.fixture
@@ -151,6 +227,10 @@ def problems_of(item: pytest.Item, rules: dict[str, str]) -> list[str]:
         problems.append(f"has tiers {tiers or 'none'}; it needs exactly one of {TIERS}")
     if not numbers:
         problems.append("names no rule; add @rule(...) from dht/conformance/rules.py")
+    for marker in item.iter_markers("controls"):
+        for name in marker.args:
+            if name not in CONTROLS:
+                problems.append(f"uses control {name!r}; the controls are {CONTROLS}")
     for number in numbers:
         if number not in rules:
             problems.append(f"names rule {number}, which SPEC.md does not have")

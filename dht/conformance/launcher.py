@@ -75,6 +75,9 @@ TLS_ENV = "DHT_TLS"
 # The host of the nodes' URLs in {cluster} and {self}: localhost or 127.0.0.1 (the
 # conformance kit's --topology-host); unset, `topology_host` chooses.
 TOPOLOGY_HOST_ENV = "DHT_TOPOLOGY_HOST"
+# Set (by the kit's --nodes) to the comma-separated URLs of a cluster the kit did not
+# start: the suite grades those nodes instead of starting its own (running_cluster.py).
+NODES_ENV = "DHT_NODES"
 # The smallest non-empty key: a range from it takes every key (a start must not be empty).
 LOWEST_KEY = "\x00"
 DEFAULT_COMMAND = (
@@ -93,8 +96,10 @@ def node_command_template() -> str:
 
 
 def testing_dht_itself() -> bool:
-    """True unless DHT_NODE_COMMAND points the tests at another implementation."""
-    return node_command_template() == DEFAULT_COMMAND
+    """True unless DHT_NODE_COMMAND points the tests at another implementation, or
+    DHT_NODES at nodes someone else started (whatever they run, they take no flags
+    from the tests)."""
+    return node_command_template() == DEFAULT_COMMAND and not os.environ.get(NODES_ENV)
 
 
 def topology_host() -> str:
@@ -138,10 +143,21 @@ class Node:
     prefix: list[str] = field(default_factory=list)
     # Added to the process's environment: a fake clock's preload (FakeClock.environment).
     env: dict[str, str] = field(default_factory=dict)
+    # Where clients reach it: 127.0.0.1 for the nodes the launcher starts.
+    host: str = HOST
+    # Put before every key the client helpers send: "" for a cluster started for one
+    # test; on a cluster that outlives the tests, a prefix of each test's own
+    # (running_cluster.py), so that no test reads another's keys.
+    namespace: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def key(self, name: str) -> str:
+        """The key a test calls `name`, as sent to this node (see `namespace`)."""
+        return self.namespace + name
 
     def __repr__(self) -> str:
         return f"Node({self.url})"
@@ -252,13 +268,13 @@ class Node:
     # -- client helpers ----------------------------------------------------------------
 
     def get(self, key: str, replicas: str | None = None) -> Response:
-        return request("GET", entity_url(self.url, key, replicas))
+        return request("GET", entity_url(self.url, self.key(key), replicas))
 
     def put(self, key: str, value: bytes, replicas: str | None = None) -> Response:
-        return request("PUT", entity_url(self.url, key, replicas), body=value)
+        return request("PUT", entity_url(self.url, self.key(key), replicas), body=value)
 
     def delete(self, key: str, replicas: str | None = None) -> Response:
-        return request("DELETE", entity_url(self.url, key, replicas))
+        return request("DELETE", entity_url(self.url, self.key(key), replicas))
 
     def range(self, start: str, end: str | None = None) -> Response:
         return request("GET", entities_url(self.url, start, end))

@@ -43,6 +43,8 @@ class RunFacts:
     started: str  # an ISO time
     seconds: float
     spec_link: str  # where a rule's anchor is appended, e.g. "SPEC.md"
+    # A running cluster's control commands (--kill-command, ...), by name.
+    controls: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,11 @@ def render(
         second,
         "",
         f"- Implementation: `{facts.command}`",
+        *(
+            [f"- Controls: {', '.join(f'{name} `{command}`' for name, command in facts.controls)}"]
+            if facts.controls
+            else []
+        ),
         f"- Tiers: {', '.join(facts.tiers)}",
         f"- Run: {facts.started}, {facts.seconds:.0f} s",
         "",

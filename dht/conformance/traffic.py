@@ -59,7 +59,7 @@ def attempt(
     """Sends one operation at `replicas` (by default the node's default quorum; a PUT
     with `ttl=SECONDS` when `ttl` is given) and records it. No answer within `timeout`
     (or a lost connection) is recorded with status and completion None."""
-    url = entity_url(node.url, key, replicas) + ("" if ttl is None else f"&ttl={ttl}")
+    url = entity_url(node.url, node.key(key), replicas) + ("" if ttl is None else f"&ttl={ttl}")
     invoked = time.monotonic()
     body = value if kind is Kind.PUT else None
     try:

@@ -25,6 +25,7 @@ def acknowledged(op: Op) -> bool:
 
 
 @rule("15.1")
+@pytest.mark.controls("kill", "start")
 def test_a_write_a_node_missed_is_on_it_after_its_restart_without_a_read(
     start_cluster: ClusterFactory,
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 from dht.conformance.http_client import entity_url, expect, request
 from dht.conformance.launcher import Cluster, Node
 from dht.conformance.rules import rule
+from dht.conformance.running_cluster import RunningCluster
 
 pytestmark = pytest.mark.core
 
@@ -22,9 +23,15 @@ READY_WITHIN = 1.0  # rule 1.1
 
 
 @pytest.fixture(scope="module")
-def refusing_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def refusing_node(
+    tmp_path_factory: pytest.TempPathFactory, given_cluster: RunningCluster | None
+) -> Iterator[Node]:
     """One node shared by the tests of requests it must refuse, which store nothing:
-    starting a node per case would triple the time of this file."""
+    starting a node per case would triple the time of this file. On a running cluster
+    (--nodes), its first node."""
+    if given_cluster is not None:
+        yield given_cluster[0]
+        return
     cluster = Cluster(tmp_path_factory.mktemp("refusals"), 1).start()
     yield cluster[0]
     cluster.stop()
@@ -127,7 +134,8 @@ def test_replicas_with_no_ack_or_more_acks_than_replicas_answer_400(
     key = "refused-" + replicas.replace("/", "-of-")
     for method in ("GET", "PUT", "DELETE"):
         body = b"v" if method == "PUT" else None
-        response = request(method, entity_url(refusing_node.url, key, replicas), body=body)
+        url = entity_url(refusing_node.url, refusing_node.key(key), replicas)
+        response = request(method, url, body=body)
         expect(response, 400, context=f"{method} with replicas={replicas}")
     expect(refusing_node.get(key), 404, context="after a refused PUT")
 

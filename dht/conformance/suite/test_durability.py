@@ -8,13 +8,15 @@ import socket
 
 import pytest
 
-from dht.conformance.http_client import HOST, expect, request
+from dht.conformance.http_client import expect, request
 from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
 
 pytestmark = pytest.mark.durability
 
 STOP_WITHIN = 5.0  # rule 4.2
+# Among replicas, a node that lost its writes is answered for by the others.
+ALONE = "the other replicas would answer for the writes it lost"
 
 
 def status_of(node: Node) -> int:
@@ -22,6 +24,7 @@ def status_of(node: Node) -> int:
 
 
 @rule("4.2")
+@pytest.mark.controls("stop")
 def test_sigterm_stops_the_node_within_5_seconds(node: Node) -> None:
     code, elapsed = node.stop_timed(signal.SIGTERM, STOP_WITHIN)
     assert code is not None, f"expected an exit within {STOP_WITHIN} s of SIGTERM, got none"
@@ -29,8 +32,9 @@ def test_sigterm_stops_the_node_within_5_seconds(node: Node) -> None:
 
 
 @rule("4.2")
+@pytest.mark.controls("stop")
 def test_sigterm_stops_the_node_within_5_seconds_despite_a_stalled_request(node: Node) -> None:
-    with socket.create_connection((HOST, node.port), timeout=10.0) as stalled:
+    with socket.create_connection((node.host, node.port), timeout=10.0) as stalled:
         stalled.sendall(
             b"PUT /v0/entity?id=stalled HTTP/1.1\r\nHost: dht\r\nContent-Length: 10\r\n\r\nx"
         )
@@ -41,6 +45,7 @@ def test_sigterm_stops_the_node_within_5_seconds_despite_a_stalled_request(node:
 
 
 @rule("4.2")
+@pytest.mark.controls("stop")
 def test_nothing_answers_after_stop(node: Node) -> None:
     node.stop()
     with pytest.raises(ConnectionRefusedError):
@@ -48,6 +53,8 @@ def test_nothing_answers_after_stop(node: Node) -> None:
 
 
 @rule("4.2")
+@pytest.mark.controls("stop", "start")
+@pytest.mark.lone_node(ALONE)
 def test_acknowledged_writes_survive_a_graceful_restart(node: Node) -> None:
     expect(node.put("kept", b"value"), 201)
     expect(node.put("overwritten", b"old"), 201)
@@ -61,6 +68,8 @@ def test_acknowledged_writes_survive_a_graceful_restart(node: Node) -> None:
 
 
 @rule("4.1")
+@pytest.mark.controls("kill", "start")
+@pytest.mark.lone_node(ALONE)
 def test_every_acknowledged_write_survives_kill_9(node: Node) -> None:
     keys = [f"key-{i:03d}" for i in range(200)]
     deleted = set(keys[::10])

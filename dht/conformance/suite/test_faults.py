@@ -123,18 +123,24 @@ def one_node_down(
 
 
 @rule("14.1")
+@pytest.mark.controls("kill", "start")
 def test_with_one_node_killed_the_others_serve_the_quorum_and_refuse_all_three(
     start_cluster: ClusterFactory,
 ) -> None:
-    scenario = one_node_down(start_cluster(3), "faults-kill", "kill -9", Node.kill, Node.start)
+    scenario = one_node_down(
+        start_cluster(3), "faults-kill", "kill -9", lambda n: n.kill(), lambda n: n.start()
+    )
     verdict(*scenario.finish())
 
 
 @rule("14.2")
+@pytest.mark.controls("pause", "resume")
 def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_resumed(
     start_cluster: ClusterFactory,
 ) -> None:
-    scenario = one_node_down(start_cluster(3), "faults-pause", "SIGSTOP", Node.pause, Node.resume)
+    scenario = one_node_down(
+        start_cluster(3), "faults-pause", "SIGSTOP", lambda n: n.pause(), lambda n: n.resume()
+    )
     victim, recorder = scenario.victim, scenario.recorder
     resumed = time.monotonic()
     status = wait_for(
@@ -163,6 +169,7 @@ def test_with_one_node_paused_the_others_serve_the_quorum_and_it_serves_once_res
 
 
 @rule("14.3")
+@pytest.mark.controls("kill", "start")
 def test_no_acknowledged_write_is_lost_when_each_node_is_killed_and_restarted_in_turn(
     start_cluster: ClusterFactory,
 ) -> None:

@@ -82,6 +82,7 @@ def test_every_valid_replicas_value_is_accepted(start_cluster: ClusterFactory) -
 
 
 @rule("3.4")
+@pytest.mark.controls("stop")
 def test_all_three_replicas_with_one_down_answer_504(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(3, [*dht_tuning("--timeout", "5"), *PATIENT_BREAKERS])
     expect(cluster[0].put("k", b"before", "3/3"), 201)
@@ -92,6 +93,7 @@ def test_all_three_replicas_with_one_down_answer_504(start_cluster: ClusterFacto
 
 
 @rule("3.4", "3.2")
+@pytest.mark.controls("stop")
 def test_two_of_two_with_one_node_down_answers_504(start_cluster: ClusterFactory) -> None:
     cluster = start_cluster(2, PATIENT_BREAKERS)
     expect(cluster[0].put("k", b"before", "2/2"), 201)
@@ -160,6 +162,7 @@ def test_get_1_of_2_sees_a_delete_2_of_2(start_cluster: ClusterFactory) -> None:
 
 
 @rule("3.5")
+@pytest.mark.controls("stop", "start")
 def test_get_2_of_3_sees_a_put_2_of_3_with_a_replica_down_at_read_time(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -175,6 +178,7 @@ def test_get_2_of_3_sees_a_put_2_of_3_with_a_replica_down_at_read_time(
 
 
 @rule("3.5")
+@pytest.mark.controls("stop", "start")
 def test_get_2_of_3_sees_a_delete_2_of_3_with_a_replica_down_at_read_time(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -189,6 +193,7 @@ def test_get_2_of_3_sees_a_delete_2_of_3_with_a_replica_down_at_read_time(
 
 
 @rule("3.2")
+@pytest.mark.controls("stop")
 def test_default_replicas_on_three_nodes_tolerate_one_node_down(
     start_cluster: ClusterFactory,
 ) -> None:
@@ -206,6 +211,7 @@ def test_default_replicas_on_three_nodes_tolerate_one_node_down(
 
 
 @rule("3.6")
+@pytest.mark.controls("stop", "start")
 def test_a_node_back_from_downtime_answers_the_newest_state(
     start_cluster: ClusterFactory,
 ) -> None:
