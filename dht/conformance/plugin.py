@@ -89,7 +89,7 @@ def one_line(report: pytest.TestReport, phase: str) -> str:
         text = str(longrepr[2])
     else:
         text = str(longrepr)
-    text = re.sub(r"^(AssertionError|Failed): ", "", text.strip())
+    text = re.sub(r"^(AssertionError|Failed|Skipped): ", "", text.strip())
     first = text.partition("\n")[0]
     # A message of the test's own says it all; a bare `assert` needs pytest's "where"
     # lines, which show the values compared.

@@ -213,9 +213,11 @@ def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
     """Did it lose, undo or invent data under any fault: rule 4.1 (kill -9) and the
     history of every graded fault scenario, with the worst example found."""
     head = "**Loses, undoes or invents data under faults?**"
-    kill_tests = [r for r in results if KILL_RULE in r.rules and r.outcome != "not run"]
+    kill_run = [r for r in results if KILL_RULE in r.rules and r.outcome != "not run"]
+    # A skipped test of rule 4.1 (a running cluster of several nodes) judges nothing.
+    kill_tests = [r for r in kill_run if judging(r)]
     graded = [run for run in runs if scenario_of(run) not in SHOWN_NOT_GRADED and run.counts]
-    if not any(map(judging, kill_tests)) and not graded:
+    if not kill_tests and not graded:
         return (
             f"{head} Not judged: the durability tier and the fault tiers (faults, power, "
             "partition, clock, disk, nemesis) judge it, and ran no rule."
@@ -225,6 +227,8 @@ def data_line(results: list[SpecTestResult], runs: list[FaultRun]) -> str:
     parts = []
     if kill_tests:
         parts.append(f"kill -9 and restart ({KILL_RULE}) {'fails' if kill_failures else 'passes'}")
+    elif kill_run:
+        parts.append(f"kill -9 and restart ({KILL_RULE}) skipped")
     if graded:
         parts.append(
             f"{len(graded)} fault scenario(s), {acknowledged(graded):,} acknowledged writes judged"

@@ -328,11 +328,13 @@ class RunningCluster(Cluster):
         self.restore()
 
     def begin_test(self) -> None:
-        """A prefix of its own for the next test's keys, on a cluster that serves."""
+        """A prefix of its own for the next test's keys, on a cluster that serves with
+        every node reaching every other (`wait_connected`)."""
         self.tests += 1
         for node in self.nodes:
             node.namespace = f"r{self.run}-t{self.tests}-"
         self.start()
+        self.wait_connected()
 
     def restore(self) -> None:
         """Resumes what a test paused and starts what it killed or stopped."""
@@ -342,6 +344,31 @@ class RunningCluster(Cluster):
             if isinstance(node, RunningNode) and node.down:
                 node.start(wait=False)
         self.start()
+
+    def wait_connected(self, deadline: float = READY_DEADLINE) -> None:
+        """Waits until a GET of an absent key at replicas=N/N through each node answers
+        404: every node coordinates with every other again. A node back from a fault
+        serves at once, but its peers may still hold it for down (an open circuit, a
+        connection to reconnect) for a few seconds; a cluster started for each test
+        never has a node that was just down, so neither may the next test here."""
+        started = time.monotonic()
+        everyone = f"{len(self.nodes)}/{len(self.nodes)}"
+        for node in self.nodes:
+            while (answer := absent_key_status(node, everyone)) != 404:
+                if time.monotonic() - started > deadline:
+                    raise NodeNotReady(
+                        f"{node.url}: GET replicas={everyone} still answers {answer} "
+                        f"{deadline} s after the nodes were restored"
+                    )
+                time.sleep(0.1)
+
+
+def absent_key_status(node: Node, replicas: str) -> int | None:
+    """What a GET of a key no test writes answers through `node`; None for no answer."""
+    try:
+        return node.get("never-written-connected", replicas).status
+    except OSError:
+        return None
 
 
 def running_cluster(environment: Mapping[str, str]) -> RunningCluster | None:

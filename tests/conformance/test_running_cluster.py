@@ -29,7 +29,7 @@ from tests.conformance.test_kit import KitRun, run_kit
 # What the test's controls do to the pid a node's file holds, and return once done,
 # as podman's commands do: `start` returns once the process runs (the kit waits for
 # /v0/status), `kill` and `stop` once it has exited.
-CONTROL_SCRIPT = '''\
+CONTROL_SCRIPT = """\
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
@@ -59,7 +59,7 @@ for signum in signals[action]:
     os.kill(pid, signum)
 while action in ("kill", "stop") and alive(pid):
     time.sleep(0.02)
-'''
+"""
 # CI's room: the run below takes about 40 s on a 2-core machine.
 RUN_WITHIN = 90.0
 
@@ -69,12 +69,15 @@ class OwnNodes:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        folder.mkdir()
         ports = free_ports(3)
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]
         argv = [
-            [sys.executable, "-m", "dht", "node", "--port", str(port)]
-            + ["--data-dir", str(folder / f"data-{number}")]
-            + ["--cluster", ",".join(self.urls), "--self", self.urls[number - 1]]
+            [
+                *(sys.executable, "-m", "dht", "node", "--port", str(port)),
+                *("--data-dir", str(folder / f"data-{number}")),
+                *("--cluster", ",".join(self.urls), "--self", self.urls[number - 1]),
+            ]
             for number, port in enumerate(ports, start=1)
         ]
         (folder / "nodes.json").write_text(json.dumps(argv))
@@ -104,7 +107,6 @@ class OwnNodes:
 @pytest.fixture
 def own_nodes(tmp_path: Path) -> Iterator[OwnNodes]:
     nodes = OwnNodes(tmp_path / "nodes")
-    nodes.folder.mkdir()
     try:
         nodes.start()
         yield nodes
@@ -147,7 +149,7 @@ def test_the_kit_grades_a_running_cluster_through_the_commands_it_is_given(
     assert f"- Implementation: `the running cluster {','.join(own_nodes.urls)}`" in run.report
     assert "- Controls: kill `" in run.report, run.report
     skipped = skip_reasons(run)
-    where = "on a running cluster (--nodes): "
+    where = "skipped: on a running cluster (--nodes): "
     assert skipped["test_faults.py::" + PAUSED] == (
         where + "needs --pause-command, --resume-command, not given"
     ), skipped
