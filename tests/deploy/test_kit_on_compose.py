@@ -1,0 +1,72 @@
+"""The kit grades the compose cluster it did not start (`dht-conformance --nodes`), with
+podman's own commands as the controls: compose.yaml's three nodes, each a container,
+killed, started, stopped and paused by `podman kill`, `start`, `stop`, `pause` and
+`unpause`. Off by default like the image's other tests (DHT_IMAGE_TESTS=1, rootful
+podman; skipped with the reason elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.test_kit import run_kit
+from tests.deploy.test_image import (
+    SERVICES,
+    ComposeCluster,
+    _compose_up,
+    _environment,
+    _secrets_folder,
+    _unavailable,
+    image,  # noqa: F401  (a fixture)
+)
+
+pytestmark = [
+    pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
+    pytest.mark.timeout(900),
+]
+TIERS = "core,replication,durability,faults,convergence"
+
+
+@pytest.fixture
+def compose_cluster(image: str, tmp_path: Path) -> Iterator[ComposeCluster]:  # noqa: F811
+    folder = _secrets_folder(tmp_path / "secrets")
+    yield from _compose_up(folder, ["compose.yaml"], f"dht-kit-test-{os.getpid()}")
+
+
+def test_the_kit_grades_the_compose_cluster_through_podmans_commands(
+    compose_cluster: ComposeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = compose_cluster.container(SERVICES[0])
+    name = first.replace(SERVICES[0], "dht-{number}")
+    assert [name.format(number=n) for n in (1, 2, 3)] == [
+        compose_cluster.container(service) for service in SERVICES
+    ], name
+    monkeypatch.setenv("CONTAINERS_CONF", _environment()["CONTAINERS_CONF"])
+    started = time.monotonic()
+    run = run_kit(
+        tmp_path / "report",
+        "--nodes",
+        ",".join(compose_cluster.urls),
+        "--kill-command",
+        f"podman kill -s KILL {name}",
+        "--start-command",
+        f"podman start {name}",
+        "--stop-command",
+        f"podman stop -t 10 {name}",
+        "--pause-command",
+        f"podman pause {name}",
+        "--resume-command",
+        f"podman unpause {name}",
+        "--tiers",
+        TIERS,
+        "--quick",
+    )
+    print(f"the kit on the compose cluster: {time.monotonic() - started:.0f} s\n{run.output}")
+    assert run.exit_code == 0, run.output + run.report
+    for tier in TIERS.split(","):
+        assert f"| {tier} | passes |" in run.report, run.report
