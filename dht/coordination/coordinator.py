@@ -352,11 +352,22 @@ class Coordinator:
         record is a forged one, or an acknowledged write's that this node, its clock
         far behind the majority's (a node not yet fenced, or a cluster of two), cannot
         pass: on one replica of three the write is acknowledged by the other two; on
-        two it is not, and answering 201 would lose it (found by review)."""
-        answered = {url for url in tally.answers if url not in beyond}
+        two it is not, and answering 201 would lose it (found by review).
 
-        def late(url: str, _: bool) -> None:
-            if url not in beyond:
+        Once a replica kept a record past the bound, only "stored" counts: a replica
+        that kept a record over the write and was not read (a late answer, or one of a
+        round after the replicas were read) may have kept that same record, and a write
+        acknowledged before this one that this node cannot pass is on a quorum, which
+        every `A` replicas that stored this write share one with (found by review: such
+        answers were counted, and the write acknowledged and lost)."""
+
+        def acknowledges(stored: bool) -> bool:
+            return stored or not beyond
+
+        answered = {url for url, stored in tally.answers.items() if acknowledges(stored)}
+
+        def late(url: str, stored: bool) -> None:
+            if acknowledges(stored):
                 answered.add(url)
 
         def met() -> bool:

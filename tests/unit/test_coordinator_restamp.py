@@ -308,3 +308,69 @@ async def test_a_record_past_the_bound_counted_in_the_decision_waits_for_another
     outcome = await asyncio.wait_for(write, timeout=2)
     assert outcome.status is Status.STORED
     assert c.record is not None and c.record.value == b"today"
+
+
+async def test_a_late_replica_that_kept_a_record_past_the_bound_is_no_acknowledgement_either(
+    replicas: Callable[..., Replica],
+) -> None:
+    """As above, a quorum (B and C) holds an acknowledged write 70 s past this node's
+    bound, but A (with nothing) and B answer first and C later. C answers "kept": over
+    a record past the bound, which is no acknowledgement of this write. Counting C's
+    late answer as one acknowledged a write every read of a quorum loses (found by
+    review: the late answers were counted whatever they said)."""
+    ahead = Record.live(version_at(WALL_MS + 70_000), b"acknowledged", 0, 3)
+    a, b, c = replicas(A), replicas(B, ahead), replicas(C, ahead)
+    c.hold = True
+    made = coordinator([a, b, c])
+    write = asyncio.ensure_future(made.put(KEY, b"later", None))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not write.done(), "acknowledged by A alone"
+    c.release()
+    outcome = await asyncio.wait_for(write, timeout=2)
+    assert outcome.status is Status.NOT_ENOUGH_REPLICAS
+    assert b.record == ahead and c.record == ahead
+
+
+async def test_a_replica_past_the_bound_unread_in_a_later_round_is_no_acknowledgement(
+    replicas: Callable[..., Replica],
+) -> None:
+    """Five replicas, A = 3; an acknowledged write 70 s past this node's bound sits on
+    C, D and E, and B holds a record 30 s ahead. The first decision is A (stored), B
+    (kept, read and passed) and C (kept, past the bound): this node heard every replica
+    it could pass and sends the write again. The second decision is A and B (stored)
+    and D (kept, never read): D kept the same record C did, which this write cannot
+    pass, so it is no acknowledgement, and with C and E keeping it too only two
+    replicas stored the write: 504, not a 201 that every quorum read loses (found by
+    review: once "caught up", a kept answer was counted whatever it was kept over)."""
+    past_bound = Record.live(version_at(WALL_MS + 70_000), b"acknowledged", 0, 5)
+    within = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 5)
+    a, b = replicas(A), replicas(B, within)
+    c, d, e = (replicas(url, past_bound) for url in ("http://c", "http://d", "http://e"))
+    d.hold = e.hold = True  # not in the first decision
+    d_put, c_get = d.put, c.get
+
+    def d_answers_from_now_on(key: bytes, record: Record) -> asyncio.Future[bool]:
+        future = d_put(key, record)
+        d.hold = False
+        return future
+
+    def c_holds_from_now_on(key: bytes) -> asyncio.Future[Record | None]:
+        future = c_get(key)
+        c.hold = True
+        return future
+
+    d.put = d_answers_from_now_on  # type: ignore[method-assign]
+    c.get = c_holds_from_now_on  # type: ignore[method-assign]
+    made = coordinator([a, b, c, d, e], ack=3)
+    write = asyncio.ensure_future(made.put(KEY, b"later", None))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(a.puts) == 2, "the write was not sent again"
+    assert not write.done(), "acknowledged by A, B and D, which kept a record past the bound"
+    c.release()
+    d.release()
+    e.release()
+    outcome = await asyncio.wait_for(write, timeout=2)
+    assert outcome.status is Status.NOT_ENOUGH_REPLICAS
+    assert [r.record for r in (c, d, e)] == [past_bound] * 3
