@@ -457,10 +457,11 @@ class Coordinator:
                     stored = await stored
                 if stored or round_ == RESTAMPS:
                     break
-                if not await self._learn_versions(key, [self._self_url]):
+                heard, _ = await self._learn_versions(key, [self._self_url])
+                if not heard:  # past the drift bound, or not read: no replica stored it
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
                 record = dataclasses.replace(record, version=self._clock.now())
-                self.counters.restamped_writes += 1
+                self.counters.restamped_writes += round_ == 0  # writes, not rounds
         except DiskFull as exc:
             self._refusals.warning("disk-full", "writes refused: %s", exc)
             return Outcome(Status.INSUFFICIENT_STORAGE)

@@ -374,3 +374,37 @@ async def test_a_replica_past_the_bound_unread_in_a_later_round_is_no_acknowledg
     outcome = await asyncio.wait_for(write, timeout=2)
     assert outcome.status is Status.NOT_ENOUGH_REPLICAS
     assert [r.record for r in (c, d, e)] == [past_bound] * 3
+
+
+async def test_a_write_whose_only_replica_kept_a_record_past_the_bound_is_a_504(
+    tmp_path: Path,
+) -> None:
+    """A write whose only replica is this node (a one-node ring, `1/1` on the key's
+    owner) over a record past the drift bound held here (a handoff keeps a keeper's
+    newest copy without moving the clock): this node cannot pass it, and no replica
+    stored the write. It was answered 201 after the last round (found by review:
+    `_learn_versions` returns a pair, always true, where `_write_here` tested for
+    none heard)."""
+    storage = Storage(tmp_path / "self", durability="none")
+    try:
+        year_ahead = Record.live(version_at(WALL_MS + 365 * 86_400_000), b"future", 0, 1)
+        storage.write(KEY, year_ahead)
+        topology = SimpleNamespace(
+            quorums=lambda key, count: [([SELF], 1)], default_copies=lambda: 1, size=1
+        )
+        membership = SimpleNamespace(state=SimpleNamespace(epoch=1), topology=topology)
+        made = Coordinator(
+            SimpleNamespace(self_url=SELF),  # type: ignore[arg-type]
+            storage,
+            membership,  # type: ignore[arg-type]
+            FakePeers(),  # type: ignore[arg-type]
+            HybridClock(lambda: WALL_MS),
+            SimpleNamespace(add=lambda *args: None),  # type: ignore[arg-type]
+        )
+        outcome = await asyncio.wait_for(made.put(KEY, b"today", None), timeout=2)
+        assert outcome.status is Status.NOT_ENOUGH_REPLICAS
+        deleted = await asyncio.wait_for(made.delete(KEY, None), timeout=2)
+        assert deleted.status is Status.NOT_ENOUGH_REPLICAS, "a delete acknowledged, not done"
+        assert storage.get(KEY) == year_ahead
+    finally:
+        storage.close()
