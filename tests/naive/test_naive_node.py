@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,32 +87,47 @@ COUNTED = ("stable", "lost", "stale", "never read", "undone", "invented", "indet
 FAILING = ("lost", "stale", "undone", "invented")
 
 
-def test_the_kit_judges_the_naive_nodes_history_when_a_node_is_killed(tmp_path: Path) -> None:
-    """Rules 14.1 and 14.3 on the naive node (--quick): each scenario's row of counts is
-    in the report, something was acknowledged and read back, and a rule fails with the
-    history's counts exactly when the history lost, read stale, undid or invented."""
+def run_kit(
+    folder: Path, *arguments: str, timeout: float = 300
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """The kit on the naive node: its exit status, report.md, and the results of the
+    tests that ran (results.jsonl)."""
     completed = subprocess.run(
         [
-            *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
-            *("--tiers", "faults", "--quick", "-k", "killed", "--node-command", NAIVE_COMMAND),
+            *(sys.executable, "-m", "dht.conformance", "--out", str(folder)),
+            *arguments,
+            *("--node-command", NAIVE_COMMAND),
         ],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert completed.returncode in (0, 1), completed.stdout + completed.stderr
-    report = (tmp_path / "report" / "report.md").read_text()
-    results = {
-        result["rules"][0]: result
-        for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
+    results = [
+        result
+        for line in (folder / "results.jsonl").read_text().splitlines()
         if (result := json.loads(line))["outcome"] != "not run"
-    }
+    ]
+    return completed.returncode, (folder / "report.md").read_text(), results
+
+
+def counts_of(report: str, scenario: str) -> dict[str, int]:
+    """What the report counts of the writes of the scenario run named `scenario`-..."""
+    row = re.search(rf"^\| {scenario}-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
+    assert row, report
+    return dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+
+
+def test_the_kit_judges_the_naive_nodes_history_when_a_node_is_killed(tmp_path: Path) -> None:
+    """Rules 14.1 and 14.3 on the naive node (--quick): each scenario's row of counts is
+    in the report, something was acknowledged and read back, and a rule fails with the
+    history's counts exactly when the history lost, read stale, undid or invented."""
+    _, report, ran = run_kit(tmp_path / "report", "--tiers", "faults", "--quick", "-k", "killed")
+    results = {result["rules"][0]: result for result in ran}
     assert set(results) == {"14.1", "14.3"}, results
     for rule, scenario in (("14.1", "faults-kill"), ("14.3", "faults-crash-restart")):
-        row = re.search(rf"^\| {scenario}-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
-        assert row, report
-        counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+        counts = counts_of(report, scenario)
         assert counts["stable"] > 0, counts
         message = str(results[rule]["message"])
         if any(counts[kind] for kind in FAILING):
@@ -133,27 +149,12 @@ def test_the_kit_finds_the_naive_node_loses_writes_under_clock_skew(tmp_path: Pa
     reason = fake_clock.unavailable()
     if reason is not None:
         pytest.skip(f"clock faults need a fake clock: {reason}")
-    completed = subprocess.run(
-        [
-            *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
-            *("--tiers", "clock", "--quick", "-k", "two_of_two", "--node-command", NAIVE_COMMAND),
-        ],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    status, report, results = run_kit(
+        tmp_path / "report", "--tiers", "clock", "--quick", "-k", "two_of_two", timeout=600
     )
-    assert completed.returncode == 1, completed.stdout + completed.stderr
-    report = (tmp_path / "report" / "report.md").read_text()
-    results = [
-        result
-        for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
-        if (result := json.loads(line))["outcome"] != "not run"
-    ]
+    assert status == 1, report
     assert [result["rules"] for result in results] == [["19.5"]], results
-    row = re.search(r"^\| clock-two-of-two-behind-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
-    assert row, report
-    counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+    counts = counts_of(report, "clock-two-of-two-behind")
     assert results[0]["outcome"] == "failed", (counts, results[0])
     assert "history judged:" in str(results[0]["message"]), results[0]
     assert counts["lost"] > 0, counts
@@ -174,32 +175,17 @@ def test_the_kit_finds_the_naive_node_loses_writes_under_the_nemesis(tmp_path: P
     reason = fake_clock.unavailable()
     if reason is not None:
         pytest.skip(f"clock faults need a fake clock: {reason}")
-    completed = subprocess.run(
-        [
-            *(sys.executable, "-m", "dht.conformance", "--out", str(tmp_path / "report")),
-            *("--tiers", "nemesis", "--quick", "--seed", str(NEMESIS_SEED)),
-            *("--nemesis-seconds", str(NEMESIS_SECONDS), "--shrink-minutes", "0"),
-            *("--node-command", NAIVE_COMMAND),
-        ],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    status, report, results = run_kit(
+        tmp_path / "report",
+        *("--tiers", "nemesis", "--quick", "--seed", str(NEMESIS_SEED)),
+        *("--nemesis-seconds", str(NEMESIS_SECONDS), "--shrink-minutes", "0"),
     )
-    assert completed.returncode == 1, completed.stdout + completed.stderr
-    report = (tmp_path / "report" / "report.md").read_text()
-    results = [
-        result
-        for line in (tmp_path / "report" / "results.jsonl").read_text().splitlines()
-        if (result := json.loads(line))["outcome"] != "not run"
-    ]
+    assert status == 1, report
     assert [result["rules"] for result in results] == [["21.1"]], results
     message = str(results[0]["message"])
     assert results[0]["outcome"] == "failed", results[0]
     assert message.startswith(f"seed {NEMESIS_SEED}, ") and "history judged:" in message, message
-    row = re.search(r"^\| nemesis-[^|]+((?:\| \d+ )+)\|$", report, re.MULTILINE)
-    assert row, report
-    counts = dict(zip(COUNTED, map(int, row.group(1).split("|")[1:]), strict=True))
+    counts = counts_of(report, "nemesis")
     assert counts["lost"] > 0, counts
     assert f"Seed {NEMESIS_SEED}, {NEMESIS_SECONDS} s, " in report, report
     assert re.search(
