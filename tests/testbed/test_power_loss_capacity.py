@@ -15,6 +15,7 @@ import pytest
 
 from dht.testbed.capacity import BLOCK
 from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
+from tests.testbed.test_power_loss import write as append
 
 SIZE = 8 * 1024 * 1024
 
@@ -28,16 +29,6 @@ def volume(tmp_path: Path) -> Iterator[PowerLossMount]:
     (tmp_path / "backing" / "there-before").write_bytes(bytes(BLOCK))
     with mount(tmp_path / "backing", tmp_path / "mount", capacity=SIZE) as mounted:
         yield mounted
-
-
-def append(path: Path, data: bytes, *, fsync: bool = False) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def test_statfs_says_the_capacity_less_what_the_files_take(volume: PowerLossMount) -> None:
