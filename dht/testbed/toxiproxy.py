@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -63,18 +64,52 @@ def link_name(source: int, target: int) -> str:
     return f"{node_name(source)}-to-{node_name(target)}"
 
 
+# Linux's range of ports it gives a connection as its own end (connect() without bind).
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# How many ports below that range are drawn from.
+LISTEN_SPAN = 12_000
+
+
+def listen_ports() -> range:
+    """The ports to choose for a process that will listen later: below the kernel's
+    ephemeral range, which it never gives a connection as its own end. A port chosen
+    inside that range could be taken, before its node binds it, as the local end of any
+    connection (a peer started earlier connecting out): found as "address already in
+    use" by CI runs. Empty where the range cannot be read (the kernel then chooses)."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    start = max(1024, low - LISTEN_SPAN)
+    return range(start, low) if low - start >= 1000 else range(0)
+
+
 def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
     """`count` distinct free ports, none of them in `avoid` (ports promised to processes
-    that have not bound them yet): every socket stays bound until all are chosen, or the
-    kernel may hand out the same port twice."""
+    that have not bound them yet), drawn from `listen_ports`: every socket stays bound
+    until all are chosen, or the same port could be chosen twice."""
     avoided = set(avoid)
+    candidates = listen_ports()
+    draw = random.Random()
     with contextlib.ExitStack() as stack:
         chosen: list[int] = []
-        while len(chosen) < count:
+        for _ in range(100 * count if candidates else 0):
+            if len(chosen) == count:
+                break
+            port = draw.choice(candidates)
+            if port in avoided or port in chosen:
+                continue
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            chosen.append(port)
+        while len(chosen) < count:  # no range to draw from, or too few free in it
             sock = stack.enter_context(socket.socket())
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-            if port not in avoided:
+            if port not in avoided and port not in chosen:
                 chosen.append(port)
         return chosen
 
