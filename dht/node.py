@@ -9,7 +9,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
@@ -19,7 +19,13 @@ from dht.coordination.coordinator import Coordinator
 from dht.membership.api import MembershipApi
 from dht.membership.rebalance import Rebalance
 from dht.metrics import CONTENT_TYPE, Metrics
-from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
+from dht.model.clock import (
+    HybridClock,
+    skewed_wall_clock,
+    skewed_wall_clock_us,
+    version_ms,
+    wall_clock_ms,
+)
 from dht.model.log_limits import QuietMalformedHttp
 from dht.model.merkle import MerkleTrees, holders
 from dht.model.record import Record
@@ -396,22 +402,6 @@ def hint_max_age(config: NodeConfig) -> float:
         config.hint_max_age,
     )
     return limit
-
-
-def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:
-    """The wall clock, shifted by `--clock-skew` (the test bed's skewed-clock fault)."""
-    if not skew_seconds:
-        return wall_clock_ms
-    skew_ms = round(skew_seconds * 1000)
-    return lambda: wall_clock_ms() + skew_ms
-
-
-def skewed_wall_clock_us(skew_seconds: float) -> Callable[[], int]:
-    """`skewed_wall_clock` in microseconds."""
-    if not skew_seconds:
-        return wall_clock_us
-    skew_us = round(skew_seconds * 1_000_000)
-    return lambda: wall_clock_us() + skew_us
 
 
 def run_node(config: NodeConfig) -> None:
