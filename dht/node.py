@@ -33,7 +33,7 @@ from dht.model.topology import STABLE, TopologyState
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
-from dht.replication.hints import HintDelivery, HintStore
+from dht.replication.hints import HintDelivery, HintStore, hint_max_age
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
@@ -385,23 +385,6 @@ class Node:
                 synced["syncs"],
                 synced["durability"],
             )
-
-
-def hint_max_age(config: NodeConfig) -> float:
-    """`--hint-max-age`, at most half of `--tombstone-grace`: a hint delivered after every
-    node collected the tombstone that replaced its record would bring the record back
-    (the other half covers clocks that disagree). A replica whose hint is dropped is
-    repaired by anti-entropy instead."""
-    limit = config.tombstone_grace / 2
-    if config.hint_max_age <= limit:
-        return config.hint_max_age
-    log.info(
-        "hints are kept at most %g s, half of --tombstone-grace, not --hint-max-age %g s: "
-        "an older hint could bring back a record whose tombstone is collected",
-        limit,
-        config.hint_max_age,
-    )
-    return limit
 
 
 def run_node(config: NodeConfig) -> None:
