@@ -27,13 +27,12 @@ from dht.model.clock import (
     wall_clock_ms,
 )
 from dht.model.log_limits import QuietMalformedHttp
-from dht.model.merkle import MerkleTrees, holders
+from dht.model.merkle import holders
 from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
-from dht.replication.anti_entropy import AntiEntropy
-from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
+from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
@@ -118,7 +117,14 @@ class Node:
             config.handoff_rate,
         )
         self.local_replica.on_stored = self._hand_off_if_not_owned
-        self.anti_entropy, self.collector = self._repair_loops()
+        self.repair_loops = RepairLoops(
+            config,
+            self.storage,
+            self.membership,
+            self.peers,
+            self.clock,
+            self._answer_exchanges,
+        )
         self.ring_share = self.membership.topology.current.shares()
         self.body_pace = BodyPace(config.min_body_rate)
         client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
@@ -175,45 +181,8 @@ class Node:
         ):
             self.rebalance.wake()
 
-    def _repair_loops(self) -> tuple[AntiEntropy, Collector]:
-        """Anti-entropy and tombstone collection over the current ring, with Merkle trees
-        loaded from a snapshot taken now. They run only while the membership is stable:
-        between two rings a tree shared with a peer has no meaning, and a tombstone
-        collected then could let a handed-off value come back."""
-        trees = MerkleTrees(self.membership.topology.current, self.config.self_url)
-        anti_entropy = AntiEntropy(
-            self.config.self_url,
-            self.storage,
-            trees,
-            self.peers,
-            self.clock,
-            self.config.anti_entropy_interval,
-            self.config.anti_entropy_rate,
-            self.config.tombstone_grace,
-            self.config.max_clock_drift,
-        )
-        collector = Collector(
-            self.storage,
-            trees,
-            anti_entropy.exchanged_since,
-            self.clock.wall_ms,
-            self.config.tombstone_grace,
-        )
-        if self.membership.phase == STABLE:  # else they stay unhooked (and unstarted)
-            self.storage.on_change = trees.change  # after the snapshot the trees load
-            self.internal.exchange_answerer = anti_entropy.answer
-        return anti_entropy, collector
-
-    def _start_repair_loops(self) -> None:
-        if self.membership.phase == STABLE:
-            self.anti_entropy.start()
-            self.collector.start()
-
-    async def _stop_repair_loops(self) -> None:
-        self.storage.on_change = None
-        self.internal.exchange_answerer = None
-        await self.collector.close()
-        await self.anti_entropy.close()
+    def _answer_exchanges(self, answerer: ExchangeAnswerer | None) -> None:
+        self.internal.exchange_answerer = answerer
 
     def _observe_calls(self, peers: Iterable[Peer]) -> None:
         if self.metrics is not None:
@@ -228,11 +197,11 @@ class Node:
             added = self.peers.ensure(proposed.members, self.membership.identity)
             self._observe_calls(added)
             self.ring_share = self.membership.topology.current.shares()
-            await self._stop_repair_loops()
+            await self.repair_loops.stop()
             if proposed.phase == STABLE:  # on the new ring, from fresh trees
                 await self.peers.retire(proposed.members)
-                self.anti_entropy, self.collector = self._repair_loops()
-                self._start_repair_loops()
+                self.repair_loops.renew()
+                self.repair_loops.start()
             self.rebalance.wake()
         return await self.coordinator.drain(proposed.epoch, 2 * self.config.timeout + 1.0)
 
@@ -275,18 +244,18 @@ class Node:
             "storage": self.storage.status(),
             "anti_entropy": {
                 "interval": self.config.anti_entropy_interval,
-                "trees_ready": self.anti_entropy.ready,
+                "trees_ready": self.repair_loops.anti_entropy.ready,
             },
             "tombstones": {
                 "grace": self.config.tombstone_grace,
-                "collected": self.collector.collected,
-                "passes": self.collector.passes,
+                "collected": self.repair_loops.collector.collected,
+                "passes": self.repair_loops.collector.passes,
             },
             "peers": {
                 url: peer.status()
                 | {
                     "pending_hints": self.hints.pending[url],
-                    "anti_entropy": self.anti_entropy.status(url),
+                    "anti_entropy": self.repair_loops.anti_entropy.status(url),
                 }
                 for url, peer in self.peers.by_url.items()
             },
@@ -342,7 +311,7 @@ class Node:
                 await self.fence.first_check()
             await site.start()
             self.hint_delivery.start()
-            self._start_repair_loops()
+            self.repair_loops.start()
             self.rebalance.start()
             if self.fence.fenced is None:
                 self.fence.start()
@@ -370,7 +339,7 @@ class Node:
             await self.hint_delivery.close()
             await self.rebalance.close()
             await self.fence.close()
-            await self._stop_repair_loops()
+            await self.repair_loops.stop()
             await self.peers.close()
             # What was queued lands (no connection is left to acknowledge it on).
             await self.storage.drain()
