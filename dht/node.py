@@ -18,6 +18,7 @@ from dht.config import NodeConfig, request_line_limit
 from dht.coordination.coordinator import Coordinator
 from dht.membership.api import MembershipApi
 from dht.membership.rebalance import Rebalance
+from dht.membership.step import StepApplier
 from dht.metrics import CONTENT_TYPE, Metrics
 from dht.model.clock import (
     HybridClock,
@@ -27,8 +28,6 @@ from dht.model.clock import (
     wall_clock_ms,
 )
 from dht.model.log_limits import QuietMalformedHttp
-from dht.model.merkle import holders
-from dht.model.record import Record
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
@@ -116,7 +115,6 @@ class Node:
             self.peers,
             config.handoff_rate,
         )
-        self.local_replica.on_stored = self._hand_off_if_not_owned
         self.repair_loops = RepairLoops(
             config,
             self.storage,
@@ -125,11 +123,21 @@ class Node:
             self.clock,
             self._answer_exchanges,
         )
-        self.ring_share = self.membership.topology.current.shares()
+        self.steps = StepApplier(
+            config.self_url,
+            self.membership,
+            self.peers,
+            self.repair_loops,
+            self.rebalance,
+            self.coordinator,
+            config.timeout,
+            self._observe_calls,
+        )
+        self.local_replica.on_stored = self.steps.hand_off_if_not_owned
         self.body_pace = BodyPace(config.min_body_rate)
         client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
         admin = MembershipApi(
-            self.membership, self.apply_step, self._guard_step, self.clock.wall_ms
+            self.membership, self.steps.apply, self._guard_step, self.clock.wall_ms
         )
         routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
@@ -170,17 +178,6 @@ class Node:
     def _fenced(self, reason: str | None) -> None:
         self.http.fenced = reason
 
-    def _hand_off_if_not_owned(self, key: bytes, record: Record) -> None:
-        """A replica write to a node that does not own the key under its stable
-        membership: a node a step behind sent it (or a hint came late) after the handoff
-        had passed. The handoff looks again, so the record ends on its owners only."""
-        if self.membership.state.epoch == 0 or self.membership.phase != STABLE:
-            return  # never changed: every write comes to an owner; mid-change: handoff runs
-        if self.config.self_url not in holders(
-            self.membership.topology.current, key, record.copies
-        ):
-            self.rebalance.wake()
-
     def _answer_exchanges(self, answerer: ExchangeAnswerer | None) -> None:
         self.internal.exchange_answerer = answerer
 
@@ -188,22 +185,6 @@ class Node:
         if self.metrics is not None:
             for peer in peers:
                 peer.observe_call = functools.partial(self.metrics.replica_call, peer.url)
-
-    async def apply_step(self, proposed: TopologyState) -> bool:
-        """Takes a step of a membership change (raises BadTransition if it is not the
-        next one), then waits for the client operations placed by the step before; says
-        whether they all ended within the deadline (the driver asks again if not)."""
-        if self.membership.apply(proposed):
-            added = self.peers.ensure(proposed.members, self.membership.identity)
-            self._observe_calls(added)
-            self.ring_share = self.membership.topology.current.shares()
-            await self.repair_loops.stop()
-            if proposed.phase == STABLE:  # on the new ring, from fresh trees
-                await self.peers.retire(proposed.members)
-                self.repair_loops.renew()
-                self.repair_loops.start()
-            self.rebalance.wake()
-        return await self.coordinator.drain(proposed.epoch, 2 * self.config.timeout + 1.0)
 
     async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
         assert self.metrics is not None
@@ -220,7 +201,7 @@ class Node:
             "tls": {"enabled": self.tls is not None}
             | (self.tls.refusals.status() if self.tls is not None else {}),
             "membership": self.membership.state.to_json() | {"handoff": self.rebalance.status()},
-            "ring_share": self.ring_share,
+            "ring_share": self.steps.ring_share,
             "uptime": round(time.monotonic() - self.started_at, 3),
             "in_flight": self.http.in_flight,
             "max_in_flight": self.http.max_in_flight,
