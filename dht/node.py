@@ -32,6 +32,7 @@ from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
 from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
+from dht.status import node_status
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
@@ -191,56 +192,7 @@ class Node:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     def status(self) -> dict[str, Any]:
-        return {
-            "node": self.config.self_url,
-            "cluster": list(self.membership.topology.current.nodes),
-            "ring_identity": self.membership.identity,
-            "vnodes": self.config.vnodes,
-            "fenced": self.fence.fenced,
-            "clock_fence": self.fence.status(),
-            "tls": {"enabled": self.tls is not None}
-            | (self.tls.refusals.status() if self.tls is not None else {}),
-            "membership": self.membership.state.to_json() | {"handoff": self.rebalance.status()},
-            "ring_share": self.steps.ring_share,
-            "uptime": round(time.monotonic() - self.started_at, 3),
-            "in_flight": self.http.in_flight,
-            "max_in_flight": self.http.max_in_flight,
-            "overload_refusals": self.http.refused,
-            "bytes_in_flight": self.budget.in_flight,
-            "max_in_flight_bytes": self.budget.limit,
-            "byte_budget_refusals": self.budget.refused,
-            "slow_bodies_cut": self.body_pace.cut,
-            "internal_errors": self.http.errors,
-            # Connections the lean HTTP protocol holds, and those it handed to aiohttp.
-            "lean_http": None
-            if self.lean is None
-            else {"connections": len(self.lean.connections), "handed_off": self.lean.handed_off},
-            "read_repairs": self.coordinator.counters.read_repairs,
-            "restamped_writes": self.coordinator.counters.restamped_writes,
-            "background_failures": self.coordinator.counters.background_failures,
-            "hints_delivered": self.hint_delivery.delivered,
-            "hints_dropped": self.hints.dropped,
-            "versions_refused": self.clock.refused,
-            "disk": self.storage.disk.status(),
-            "storage": self.storage.status(),
-            "anti_entropy": {
-                "interval": self.config.anti_entropy_interval,
-                "trees_ready": self.repair_loops.anti_entropy.ready,
-            },
-            "tombstones": {
-                "grace": self.config.tombstone_grace,
-                "collected": self.repair_loops.collector.collected,
-                "passes": self.repair_loops.collector.passes,
-            },
-            "peers": {
-                url: peer.status()
-                | {
-                    "pending_hints": self.hints.pending[url],
-                    "anti_entropy": self.repair_loops.anti_entropy.status(url),
-                }
-                for url, peer in self.peers.by_url.items()
-            },
-        }
+        return node_status(self)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
