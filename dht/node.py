@@ -19,7 +19,7 @@ from dht.coordination.coordinator import Coordinator
 from dht.membership.api import MembershipApi
 from dht.membership.rebalance import Rebalance
 from dht.membership.step import StepApplier
-from dht.metrics import CONTENT_TYPE, Metrics
+from dht.metrics import Metrics
 from dht.model.clock import (
     HybridClock,
     skewed_wall_clock,
@@ -44,7 +44,7 @@ from dht.web.client_api import ClientApi
 from dht.web.internal_api import InternalApi
 from dht.web.lean_http import LeanHttp
 from dht.web.listener import SharedPortSite
-from dht.web.server import HttpServer, Params, Route
+from dht.web.server import HttpServer, Route
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class Node:
         if config.metrics:
             self.metrics = Metrics(self.status, config.data_dir)
             self._observe_calls(self.peers.by_url.values())
-            routes["/metrics"] = Route({"GET": self.scrape}, counted=False)
+            routes["/metrics"] = Route({"GET": self.metrics.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe)
         self.lean: LeanHttp | None = None  # made when the node starts serving
@@ -186,10 +186,6 @@ class Node:
         if self.metrics is not None:
             for peer in peers:
                 peer.observe_call = functools.partial(self.metrics.replica_call, peer.url)
-
-    async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
-        assert self.metrics is not None
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     def status(self) -> dict[str, Any]:
         return node_status(self)
