@@ -18,7 +18,8 @@ from aiohttp import web
 
 from dht.config import NodeConfig
 from dht.coordination.cluster_range import NotEnoughSources, RangeIncomplete
-from dht.coordination.coordinator import Coordinator, Outcome, Status
+from dht.coordination.coordinator import Coordinator
+from dht.coordination.outcome import Outcome, Status
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import BodyPace, ByteBudget
 from dht.web.server import (
