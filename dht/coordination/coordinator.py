@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TypeVar
@@ -19,11 +18,12 @@ from typing import TypeVar
 from dht.config import NodeConfig
 from dht.coordination.cluster_range import local_range, open_cluster_range
 from dht.coordination.outcome import Outcome, Status
-from dht.coordination.tally import Counters, Tally, log_replica_failure
+from dht.coordination.read_repair import ReadRepair, Repairer
+from dht.coordination.tally import Counters, Tally
 from dht.coordination.write import WriteRounds
 from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
-from dht.model.record import MAX_COPIES, Record, newest
+from dht.model.record import MAX_COPIES, Record
 from dht.model.replicas import ReplicaCount
 from dht.model.topology import union
 from dht.replication.hints import HintStore
@@ -73,6 +73,7 @@ class Coordinator:
             self._refusals,
             self._locally,
         )
+        self._repairer = Repairer(self._self_url, storage, peers, self.counters, self._refusals)
 
     # -- client operations -------------------------------------------------------------
 
@@ -97,7 +98,7 @@ class Coordinator:
         await tally.decision()
         if not tally.quorum_met:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
-        repair = _ReadRepair(self, key, tally.answers)
+        repair = ReadRepair(self._repairer, self.holders, key, tally.answers)
         winner = repair.winner  # of the answers the decision was made on
         tally.on_late(repair.late)
         if winner is None or not winner.live_at(self._clock.wall_ms()):
@@ -280,74 +281,3 @@ class Coordinator:
         """The nodes that are to hold `record` of `key`: its replica sets for the `F` it
         was written with."""
         return self._membership.topology.targets(key, record.copies or self.cluster_size)
-
-    def repair(self, url: str, key: bytes, record: Record) -> None:
-        """Sends `record` to a replica that answered with an older one (put-if-newer, so
-        it never undoes a newer write)."""
-        if url == self._self_url:
-            try:
-                stored = self._storage.write(key, record)
-            except DiskFull as exc:  # a repair is best effort: the read is answered anyway
-                self._refusals.warning("disk-full", "read repair skipped: %s", exc)
-                return
-            if isinstance(stored, bool):
-                self.counters.read_repairs += 1
-                return
-            stored.add_done_callback(functools.partial(self._repaired, url, key))
-            return
-        self._peers[url].put(key, record).add_done_callback(
-            functools.partial(self._repaired, url, key)
-        )
-
-    def _repaired(self, url: str, key: bytes, future: asyncio.Future[bool]) -> None:
-        if future.cancelled():
-            return
-        if (error := future.exception()) is not None:
-            log_replica_failure(url, error)
-            return
-        self.counters.read_repairs += 1
-        log.debug("read repair of %r on %s", key, url)
-
-
-class _ReadRepair:
-    """Brings every replica of one key that answered a GET with an older record (or
-    none) up to the newest: those heard before the client's answer at once, the late
-    ones as they answer. A late answer newer than the winner makes it the winner, and
-    every replica heard before it stale."""
-
-    def __init__(
-        self, coordinator: Coordinator, key: bytes, heard: dict[str, Record | None]
-    ) -> None:
-        self._coordinator = coordinator
-        self._key = key
-        self._heard = dict(heard)
-        self.winner = newest(list(heard.values()))
-        self._repair_stale(list(self._heard))
-
-    def late(self, url: str, record: Record | None) -> None:
-        self._heard[url] = record
-        if record is not None and record.supersedes(self.winner):
-            self.winner = record
-            self._repair_stale(list(self._heard))
-        else:
-            self._repair_stale([url])
-
-    def _repair_stale(self, urls: list[str]) -> None:
-        winner = self.winner
-        if winner is None:
-            return
-        holders: list[str] | None = None
-        for url in urls:
-            heard = self._heard[url]
-            if not winner.supersedes(heard):
-                continue
-            if heard is None:
-                # A node with no record of the key gets one only if it is to hold it: a
-                # read that asked more replicas than the record's `F` (or a node a
-                # handoff emptied) must not spread it. An older record is replaced
-                # wherever it is.
-                holders = holders or self._coordinator.holders(self._key, winner)
-                if url not in holders:
-                    continue
-            self._coordinator.repair(url, self._key, winner)
-            self._heard[url] = winner
