@@ -137,9 +137,7 @@ class Node:
         self.local_replica.on_stored = self.steps.hand_off_if_not_owned
         self.body_pace = BodyPace(config.min_body_rate)
         client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
-        admin = MembershipApi(
-            self.membership, self.steps.apply, self._guard_step, self.clock.wall_ms
-        )
+        admin = MembershipApi(self.membership, self.steps, self._guard_step, self.clock.wall_ms)
         routes = client.routes() | self.internal.routes() | admin.routes()
         self.metrics: Metrics | None = None
         if config.metrics:
