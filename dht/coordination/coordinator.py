@@ -22,6 +22,7 @@ from typing import TypeVar
 from dht.config import NodeConfig
 from dht.coordination.cluster_range import local_range, open_cluster_range
 from dht.coordination.tally import Counters, Tally, log_replica_failure
+from dht.limits import RESTAMPS
 from dht.model.clock import HybridClock, VersionAhead, version_ms
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import MAX_COPIES, Record, newest
@@ -36,10 +37,6 @@ from dht.transport.peers import PeerError, Peers
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# How many times one client write is sent again with a newer version after a replica
-# kept a newer record over it (`Coordinator._write`).
-RESTAMPS = 3
 
 
 class Status(enum.Enum):

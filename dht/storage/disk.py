@@ -21,8 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MiB = 1024 * 1024
-RESUME_MARGIN = 1 * MiB
+from dht.limits import RESUME_MARGIN, MiB
 
 
 class DiskFull(Exception):

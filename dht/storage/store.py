@@ -36,6 +36,7 @@ from typing import Any
 import plyvel
 
 from dht.config import Durability
+from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.ceiling_file import CeilingFile
@@ -45,9 +46,6 @@ from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = b"r"
-# Values from this size on are written in a thread rather than on the loop (with every
-# --durability, "group" writing every value there).
-LARGE_WRITE = 1024 * 1024
 HINTS_PREFIX = b"h"
 DIGESTS_PREFIX = b"d"
 # Set once every record has its digest entry: a data folder from before the index, or

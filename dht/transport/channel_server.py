@@ -29,10 +29,11 @@ from typing import Any, Protocol, cast
 import uvloop
 import uvloop.loop
 
+from dht.limits import HANDSHAKE_DEADLINE
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.transport.connection import Connection
-from dht.transport.handshakes import HANDSHAKE_DEADLINE, Handshakes
+from dht.transport.handshakes import Handshakes
 from dht.transport.messages import (
     Challenge,
     Failed,
