@@ -40,7 +40,7 @@ from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.ceiling_file import CeilingFile
-from dht.storage.disk import DiskFull, DiskSpace
+from dht.storage.disk import DiskFull, DiskSpace, StorageError
 from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ def digest_key(key: bytes) -> bytes:
     return DIGESTS_PREFIX + leaf_of(key).to_bytes(2, "big") + key
 
 
-class StorageUnavailable(Exception):
-    """The data folder cannot be opened; the message says which, why and what to do."""
+class StorageUnavailable(StorageError):
+    """The data folder cannot be opened; the message says which, why and what to do.
+    The node does not start (`python -m dht node` prints it and exits 1)."""
 
 
 def open_leveldb(data_dir: Path) -> Any:
