@@ -111,8 +111,9 @@ NO_ANSWER_DEADLINE = 10.0
 
 # -- how they relate ------------------------------------------------------------------------
 
-# A whole lean request (head and largest body) fits below the point where reading pauses,
-# so the lean path never waits for bytes it stopped reading.
+# A lean request's largest header block and body fit below the point where reading
+# pauses, so the lean path does not wait for bytes it stopped reading (a request line is
+# bounded by --max-key-bytes instead, and handed to aiohttp past the lean limits).
 assert LEAN_READ_LIMIT >= LEAN_MAX_BODY + LEAN_MAX_HEADER_BYTES
 # A request taken lean is one aiohttp would take too: handing it off never changes the
 # answer from a success to a 400.
@@ -122,10 +123,11 @@ assert LEAN_MAX_HEADERS <= AIOHTTP_MAX_HEADERS
 assert HANDSHAKE_BYTES <= FRAGMENT_BYTES
 # "More than a fragment" is what makes a call large.
 assert PLAIN_CALL_BYTES == FRAGMENT_BYTES
-# A whole fragment and its frame header fit below the high-water mark, so feeding the
-# transport stops between fragments rather than after each.
-assert WRITE_HIGH_WATER >= 2 * FRAGMENT_BYTES
-# Strangers before their HELLO hold at most this much between them.
+# The transport takes more than one fragment before it pauses, so the link stays busy
+# while the next is cut; a small call waits behind at most this much of a large one.
+assert WRITE_HIGH_WATER > FRAGMENT_BYTES
+# Strangers before their HELLO buffer at most a MiB between them (each one handshake
+# frame at most: a longer one is refused on its header).
 assert MAX_AWAITING_HELLO * HANDSHAKE_BYTES <= 1 * MiB
 # Any clock a peer's header may say is a float without rounding.
 assert LATEST_CLOCK_MS < 2**53
