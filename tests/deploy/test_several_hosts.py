@@ -243,8 +243,8 @@ class Hosts:
         script = f"set -eo pipefail\ncd {shlex.quote(str(host.home))}\n{block.text}\n"
         output = self.folder / "block.out"
         with output.open("wb") as out:
-            process = subprocess.Popen(
-                [*host.namespace.prefix, "bash", "-c", script],
+            process = host.namespace.popen(
+                ["bash", "-c", script],
                 env=environment,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -320,7 +320,12 @@ class Hosts:
         environment.update(HOME="/var/lib/dht", USER=user, LOGNAME=user)
         argv = expand_exec_start(host.unit["ExecStart"][-1], environment)
         limit = int(host.unit.get("LimitNOFILE", ["0"])[-1])
-        setpriv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+        # A change of user clears the parent-death signal the node was started with
+        # (namespaces.py): kept, the node dies with this test however it ends.
+        setpriv = [
+            "setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
+            "--pdeathsig", "keep", "--",
+        ]  # fmt: skip
         if limit:
             setpriv = ["prlimit", f"--nofile={limit}:{limit}", "--", *setpriv]
         host.starts += 1
@@ -380,12 +385,15 @@ class StandInRefused(Exception):
 
 
 # The stand-ins' one script: the request (program, working folder, arguments, a line
-# each) is written whole and renamed, then the answer awaited.
+# each) is written whole and renamed, then the answer awaited while the block runs.
 STANDIN = """#!/bin/sh
 request={control}/$$
 printf '%s\\n' {program} "$PWD" "$@" > "$request.new"
 mv "$request.new" "$request.request"
-while [ ! -e "$request.done" ]; do sleep 0.02; done
+while [ ! -e "$request.done" ]; do
+    kill -0 "$PPID" 2>/dev/null || exit 1  # the block's shell is gone: the test too
+    sleep 0.02
+done
 cat "$request.answer" >&2
 code=$(cat "$request.done")
 rm -f "$request.answer" "$request.done"
