@@ -16,6 +16,7 @@ from aiohttp import web
 
 from dht.config import NodeConfig, request_line_limit
 from dht.coordination.coordinator import Coordinator
+from dht.limits import BODY_OVERHEAD, MESSAGE_OVERHEAD, SHUTDOWN_GRACE
 from dht.membership.api import MembershipApi
 from dht.membership.rebalance import Rebalance
 from dht.membership.step import StepApplier
@@ -37,7 +38,6 @@ from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer, Peers
-from dht.transport.protocol import MESSAGE_OVERHEAD
 from dht.transport.tls import load_contexts
 from dht.web.admission import BodyPace, ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
@@ -47,12 +47,6 @@ from dht.web.listener import SharedPortSite
 from dht.web.server import HttpServer, Route
 
 log = logging.getLogger(__name__)
-
-# Headroom over the largest value for a body read; client values are checked against the
-# exact limit in the handler, which answers 413 with the project's reason.
-_BODY_OVERHEAD = 64
-# How long SIGTERM waits for in-flight requests before it closes their connections.
-SHUTDOWN_GRACE = 3.0
 
 
 class Node:
@@ -190,7 +184,7 @@ class Node:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        client_max_size = self.config.max_value_bytes + _BODY_OVERHEAD
+        client_max_size = self.config.max_value_bytes + BODY_OVERHEAD
 
         def make_request(
             message: Any, payload: Any, protocol: Any, writer: Any, task: Any

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from dht.coordination.outcome import Outcome, Status
 from dht.coordination.tally import Counters, Tally, log_replica_failure
+from dht.limits import RESTAMPS
 from dht.model.clock import HybridClock, VersionAhead, version_ms
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
@@ -29,10 +30,6 @@ from dht.storage.store import Storage
 from dht.transport.peers import Peers
 
 log = logging.getLogger(__name__)
-
-# How many times one client write is sent again with a newer version after a replica
-# kept a newer record over it (`WriteRounds.write`).
-RESTAMPS = 3
 
 # This node's own replica of a call: a LevelDB point operation, or a future when storage
 # writes a large value in its thread (`Coordinator._locally`).

@@ -3,7 +3,7 @@ routes, or `HandOff` when the request is not one the lean path takes.
 
 What it takes is a subset of what aiohttp's own parser (llhttp) takes, read alike:
 HTTP/1.1, one of the routes' methods, a request target of URL characters, plain
-`name: value` headers with one Host, and a body of at most `MAX_BODY` bytes announced
+`name: value` headers with one Host, and a body of at most `LEAN_MAX_BODY` bytes announced
 by Content-Length; no Transfer-Encoding, Expect, Upgrade, Content-Encoding or anything
 else llhttp reads its own way (tests/fuzz/test_lean_http.py compares the two). A head
 that cannot become one it takes is handed off at once, not waited for.
@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import re
 
-# A larger PUT goes to aiohttp, which admits it against the byte budget before reading it.
-MAX_BODY = 64 * 1024
-# Within aiohttp's limits (8190 bytes a field, 128 fields), so a request taken lean is
-# one aiohttp would take too.
-MAX_HEADER_BYTES = 8000
-MAX_HEADERS = 32
+from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
+
 # RFC 9112's request line with an origin-form target of RFC 3986's characters.
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP/1\.1\r\n")
 # One header field: a token, a colon, a value of visible ASCII and inner spaces.
@@ -42,7 +38,7 @@ def _fields_so_far_fit(data: bytes | bytearray, scan: HeadScan) -> bool:
     """Whether the header fields of an unfinished head are, as far as they came, ones
     `parse` may take: a field llhttp refuses goes to aiohttp at once rather than waiting
     for the head's end. Each whole field is checked once (`scan.fields_from` moves past
-    it); the unfinished last one again with each read, which MAX_HEADER_BYTES bounds."""
+    it); the unfinished last one again with each read, which LEAN_MAX_HEADER_BYTES bounds."""
     start = scan.fields_from
     while (end := data.find(b"\r\n", start)) >= 0:
         if _HEADER.match(data, start, end + 2) is None:
@@ -123,7 +119,7 @@ class LeanParser:
     """Parses the heads of requests to `routes` (path -> the methods taken lean)."""
 
     def __init__(
-        self, routes: dict[str, set[str]], max_line: int, max_body: int = MAX_BODY
+        self, routes: dict[str, set[str]], max_line: int, max_body: int = LEAN_MAX_BODY
     ) -> None:
         """`max_line`: aiohttp's limit of a request target (a request line as long goes
         to aiohttp); `max_body`: the largest body taken lean (a larger one goes to aiohttp,
@@ -132,7 +128,7 @@ class LeanParser:
             f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
         )
         self._max_line = max_line
-        self._max_body = min(max_body, MAX_BODY)
+        self._max_body = min(max_body, LEAN_MAX_BODY)
 
     def parse(self, data: bytes | bytearray, scan: HeadScan | None = None) -> LeanRequest | None:
         """The request whose head is at the start of `data`; None while its head is not
@@ -147,11 +143,13 @@ class LeanParser:
         line_end = scan.line_end
         head_end = data.find(b"\r\n\r\n", max(line_end, scan.checked - 3))
         if head_end < 0:
-            if len(data) - 3 - line_end > MAX_HEADER_BYTES or not _fields_so_far_fit(data, scan):
+            if len(data) - 3 - line_end > LEAN_MAX_HEADER_BYTES or not _fields_so_far_fit(
+                data, scan
+            ):
                 raise HandOff  # too long, or a field llhttp refuses (found by review)
             scan.checked = len(data)
             return None
-        if head_end - line_end > MAX_HEADER_BYTES:
+        if head_end - line_end > LEAN_MAX_HEADER_BYTES:
             raise HandOff
         request = self._request(data, line_end, head_end)
         scan.restart()
@@ -196,7 +194,7 @@ class LeanParser:
         while position < head_end + 2:
             field = _HEADER.match(data, position, head_end + 2)
             fields += 1
-            if field is None or fields > MAX_HEADERS:
+            if field is None or fields > LEAN_MAX_HEADERS:
                 raise HandOff
             position = field.end()
             name = field.group(1).lower()

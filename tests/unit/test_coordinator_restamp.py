@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dht.coordination.coordinator import Coordinator, Status
-from dht.coordination.write import RESTAMPS
+from dht.limits import RESTAMPS
 from dht.model.clock import HybridClock, version_at
 from dht.model.record import Record
 from dht.storage.store import Storage
