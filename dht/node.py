@@ -183,6 +183,23 @@ class Node:
         return node_status(self)
 
     async def run(self) -> None:
+        """Serves until SIGTERM or Ctrl-C, then stops every part in order."""
+        loop = asyncio.get_running_loop()
+        server, runner = self._http_server()
+        quiet = QuietMalformedHttp()
+        logging.getLogger("aiohttp.server").addFilter(quiet)
+        await runner.setup()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await self._start(server, runner)
+            await stop.wait()
+            log.info("stopping: no new connections, finishing in-flight requests")
+        finally:
+            await self._stop(runner, quiet)
+
+    def _http_server(self) -> tuple[web.Server, web.ServerRunner]:
         loop = asyncio.get_running_loop()
         client_max_size = self.config.max_value_bytes + BODY_OVERHEAD
 
@@ -201,80 +218,77 @@ class Node:
             max_line_size=max_line_size,
         )
         runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE)
-        quiet = QuietMalformedHttp()
-        logging.getLogger("aiohttp.server").addFilter(quiet)
-        await runner.setup()
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        try:
-            if self.config.lean_http:
-                self.lean = LeanHttp(
-                    self.http.whole_body_routes(),
-                    self.http.serve_whole_body,
-                    server,
-                    max_line_size,
-                    self.body_pace,
-                    self.config.max_value_bytes,
-                )
-            site = SharedPortSite(
-                runner,
-                self.config.host,
-                self.config.port,
-                self.local_replica,
-                self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
-                self.budget,
-                self.tls,
-                self.lean,
+        return server, runner
+
+    async def _start(self, server: web.Server, runner: web.ServerRunner) -> None:
+        max_line_size = request_line_limit(self.config.max_key_bytes)
+        if self.config.lean_http:
+            self.lean = LeanHttp(
+                self.http.whole_body_routes(),
+                self.http.serve_whole_body,
+                server,
+                max_line_size,
+                self.body_pace,
+                self.config.max_value_bytes,
             )
-            if self.fence.fenced is None:
-                # Never a stale answer once removed, nor a refused write with a clock off.
-                await self.fence.first_check()
-            await site.start()
-            self.hint_delivery.start()
-            self.repair_loops.start()
-            self.rebalance.start()
-            if self.fence.fenced is None:
-                self.fence.start()
-            # What start-up built (modules, the anti-entropy trees of every record held)
-            # lives as long as the node: the garbage collector's full passes, which stop
-            # the loop, no longer walk it (3 nodes at 3,750 PUT/s, 20 s: passes over 2 ms
-            # 9 -> 4, their total 199 -> 15 ms, the longest 45 -> 7 ms).
-            gc.freeze()
-            log.info(
-                "node %s serving on %s:%d (cluster of %d, data in %s)",
-                self.config.self_url,
-                self.config.host,
-                self.config.port,
-                len(self.membership.topology.current),
-                self.config.data_dir,
-            )
-            await stop.wait()
-            log.info("stopping: no new connections, finishing in-flight requests")
-        finally:
-            # aiohttp's connections and the lean ones close within one grace.
-            deadline = loop.time() + SHUTDOWN_GRACE
-            await runner.cleanup()
-            if self.lean is not None:
-                await self.lean.closed(deadline)
-            await self.hint_delivery.close()
-            await self.rebalance.close()
-            await self.fence.close()
-            await self.repair_loops.stop()
-            await self.peers.close()
-            # What was queued lands (no connection is left to acknowledge it on).
-            await self.storage.drain()
-            # The ceiling saved last holds (its file keeps the highest of its slots):
-            # the next start begins at most a second of clock time ahead, as after a crash.
-            self.storage.close()
-            logging.getLogger("aiohttp.server").removeFilter(quiet)
-            synced = self.storage.status()
-            log.info(
-                "stopped; %d writes synced in %d syncs (--durability %s)",
-                synced["synced_writes"],
-                synced["syncs"],
-                synced["durability"],
-            )
+        site = SharedPortSite(
+            runner,
+            self.config.host,
+            self.config.port,
+            self.local_replica,
+            self.config.max_value_bytes + self.config.max_key_bytes + MESSAGE_OVERHEAD,
+            self.budget,
+            self.tls,
+            self.lean,
+        )
+        if self.fence.fenced is None:
+            # Never a stale answer once removed, nor a refused write with a clock off.
+            await self.fence.first_check()
+        await site.start()
+        self.hint_delivery.start()
+        self.repair_loops.start()
+        self.rebalance.start()
+        if self.fence.fenced is None:
+            self.fence.start()
+        # What start-up built (modules, the anti-entropy trees of every record held)
+        # lives as long as the node: the garbage collector's full passes, which stop
+        # the loop, no longer walk it (3 nodes at 3,750 PUT/s, 20 s: passes over 2 ms
+        # 9 -> 4, their total 199 -> 15 ms, the longest 45 -> 7 ms).
+        gc.freeze()
+        log.info(
+            "node %s serving on %s:%d (cluster of %d, data in %s)",
+            self.config.self_url,
+            self.config.host,
+            self.config.port,
+            len(self.membership.topology.current),
+            self.config.data_dir,
+        )
+
+    async def _stop(self, runner: web.ServerRunner, quiet: QuietMalformedHttp) -> None:
+        loop = asyncio.get_running_loop()
+        # aiohttp's connections and the lean ones close within one grace.
+        deadline = loop.time() + SHUTDOWN_GRACE
+        await runner.cleanup()
+        if self.lean is not None:
+            await self.lean.closed(deadline)
+        await self.hint_delivery.close()
+        await self.rebalance.close()
+        await self.fence.close()
+        await self.repair_loops.stop()
+        await self.peers.close()
+        # What was queued lands (no connection is left to acknowledge it on).
+        await self.storage.drain()
+        # The ceiling saved last holds (its file keeps the highest of its slots):
+        # the next start begins at most a second of clock time ahead, as after a crash.
+        self.storage.close()
+        logging.getLogger("aiohttp.server").removeFilter(quiet)
+        synced = self.storage.status()
+        log.info(
+            "stopped; %d writes synced in %d syncs (--durability %s)",
+            synced["synced_writes"],
+            synced["syncs"],
+            synced["durability"],
+        )
 
 
 def run_node(config: NodeConfig) -> None:
