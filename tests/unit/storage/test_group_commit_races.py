@@ -1,4 +1,4 @@
-"""Review of the group commit (issue 40): races between the writer thread's batches and
+"""The group commit's races between the writer thread's batches and
 what the loop builds from the disk, and batches that fail, with real LevelDB in a
 temporary folder and the batch write wrapped (never LevelDB itself faked)."""
 
