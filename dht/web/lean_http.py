@@ -43,10 +43,10 @@ from aiohttp.web_protocol import RequestHandler
 from dht.limits import KEEPALIVE_TIMEOUT, LEAN_MAX_BODY, LEAN_READ_LIMIT
 from dht.web.admission import BodyPace
 from dht.web.lean_parse import (
-    HandOff,
     HeadScan,
     LeanParser,
     LeanRequest,
+    NotLean,
 )
 from dht.web.server import Answer, Reply, too_slow
 
@@ -254,8 +254,8 @@ class LeanConnection(asyncio.Protocol):
                 request = (
                     self._lean.parser.parse(self._buffer, self._scan) if self._buffer else None
                 )
-            except HandOff:
-                self._hand_off(transport)
+            except NotLean:
+                self._pass_to_aiohttp(transport)
                 return
             if request is None:
                 if self._eof:
@@ -343,7 +343,7 @@ class LeanConnection(asyncio.Protocol):
             return
         self._next()
 
-    def _hand_off(self, transport: asyncio.Transport) -> None:
+    def _pass_to_aiohttp(self, transport: asyncio.Transport) -> None:
         """aiohttp's protocol takes the connection, and the bytes not yet answered."""
         self._lean.forget(self)
         self._lean.handed_off += 1

@@ -1,5 +1,5 @@
 """The lean HTTP path's parser (pure): the head of a simple request to one of the lean
-routes, or `HandOff` when the request is not one the lean path takes.
+routes, or `NotLean` when the request is not one the lean path takes.
 
 What it takes is a subset of what aiohttp's own parser (llhttp) takes, read alike:
 HTTP/1.1, one of the routes' methods, a request target of URL characters, plain
@@ -75,7 +75,7 @@ _SINGLETONS = frozenset(
 )
 
 
-class HandOff(Exception):
+class NotLean(Exception):
     """The request at the buffer's start is not one the lean path takes."""
 
 
@@ -132,7 +132,7 @@ class LeanParser:
 
     def parse(self, data: bytes | bytearray, scan: HeadScan | None = None) -> LeanRequest | None:
         """The request whose head is at the start of `data`; None while its head is not
-        whole and it may still be one the lean path takes; raises HandOff when it is not.
+        whole and it may still be one the lean path takes; raises NotLean when it is not.
         `scan` carries what earlier calls found of the same head as `data` grew (given
         back restarted once a request is taken); without one, `data` is checked whole."""
         if scan is None:
@@ -146,27 +146,27 @@ class LeanParser:
             if len(data) - 3 - line_end > LEAN_MAX_HEADER_BYTES or not _fields_so_far_fit(
                 data, scan
             ):
-                raise HandOff  # too long, or a field llhttp refuses (found by review)
+                raise NotLean  # too long, or a field llhttp refuses (found by review)
             scan.checked = len(data)
             return None
         if head_end - line_end > LEAN_MAX_HEADER_BYTES:
-            raise HandOff
+            raise NotLean
         request = self._request(data, line_end, head_end)
         scan.restart()
         return request
 
     def _line_so_far_fits(self, data: bytes | bytearray, scan: HeadScan) -> bool:
         """Whether the request line has come whole (and fits: `scan.line_end` is set);
-        False while it may still become one `parse` takes; HandOff when it cannot."""
+        False while it may still become one `parse` takes; NotLean when it cannot."""
         if not data.startswith(self._prefixes):
             if any(prefix.startswith(data) for prefix in self._prefixes):
                 return False  # a prefix of one: wait for more
-            raise HandOff
+            raise NotLean
         line_end = data.find(b"\r\n", max(scan.checked - 1, 0))
         if line_end < 0:
             # A bare LF ends lines for no one here: llhttp answers it 400 at once.
             if len(data) > self._max_line:
-                raise HandOff
+                raise NotLean
             if scan.target and _TARGET.fullmatch(data, scan.checked):
                 pass  # more of the target: only the new bytes are checked
             elif _UNFINISHED_TARGET.fullmatch(data):
@@ -174,18 +174,18 @@ class LeanParser:
             elif _PARTIAL_LINE.fullmatch(data):
                 scan.target = False  # in " HTTP/1.1": a few more bytes at most
             else:
-                raise HandOff
+                raise NotLean
             scan.checked = len(data)
             return False
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
         if line is None or line.end() != line_end + 2 or line_end >= self._max_line:
-            raise HandOff
+            raise NotLean
         scan.line_end = line_end
         scan.checked = scan.fields_from = line_end + 2
         return True
 
     def _request(self, data: bytes | bytearray, line_end: int, head_end: int) -> LeanRequest:
-        """The request of a whole head, or HandOff."""
+        """The request of a whole head, or NotLean."""
         length: int | None = None
         keep_alive = True
         position = line_end + 2
@@ -195,36 +195,36 @@ class LeanParser:
             field = _HEADER.match(data, position, head_end + 2)
             fields += 1
             if field is None or fields > LEAN_MAX_HEADERS:
-                raise HandOff
+                raise NotLean
             position = field.end()
             name = field.group(1).lower()
             if name in _SINGLETONS:
                 if name in singletons:
-                    raise HandOff  # llhttp refuses it
+                    raise NotLean  # llhttp refuses it
                 singletons.append(name)
             if name == b"content-length":
                 value = field.group(2)
                 if length is not None or not value.isdigit() or len(value) > 9:
-                    raise HandOff
+                    raise NotLean
                 length = int(value)
             elif name == b"connection":
                 token = field.group(2).lower()
                 if token == b"close":
                     keep_alive = False
                 elif token != b"keep-alive":
-                    raise HandOff
+                    raise NotLean
             elif name in _NOT_LEAN:
-                raise HandOff
+                raise NotLean
         if b"host" not in singletons:
-            raise HandOff  # aiohttp refuses an HTTP/1.1 request without one
+            raise NotLean  # aiohttp refuses an HTTP/1.1 request without one
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
         assert line is not None  # checked as the line came
         method = line.group(1).decode()
         if method == "PUT":
             if length is None or length > self._max_body:
-                raise HandOff  # chunked, or large: admitted before it is read
+                raise NotLean  # chunked, or large: admitted before it is read
         elif length:
-            raise HandOff  # a GET or DELETE with a body
+            raise NotLean  # a GET or DELETE with a body
         # The prefix ended with the path's "?": this is the path of one of the routes.
         path, _, query = bytes(line.group(2)).decode().partition("?")
         return LeanRequest(method, path, query, length or 0, keep_alive, head_end + 4)

@@ -7,7 +7,7 @@ Transfer-Encoding, Connection, Expect, Content-Encoding, Host and the like, dupl
 with odd whitespace, obs-fold, bare LF, NUL and high bytes, HTTP/1.0 and 1.1, bodies,
 request lines and header blocks at the lean parser's limits), then mutated (bytes
 flipped, inserted and deleted, cut short, a second request behind the first).
-Whatever the bytes, `LeanParser.parse` raises nothing but `HandOff` and returns at once.
+Whatever the bytes, `LeanParser.parse` raises nothing but `NotLean` and returns at once.
 Whenever it takes a request, llhttp, made as aiohttp's web server makes it for a node,
 parses the same bytes into exactly one message with the same method, target, body and
 keep-alive decision, neither upgraded, chunked nor compressed; every proper prefix of
@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from dht.config import NodeConfig, request_line_limit
 from dht.conformance.fuzz.budget import raw_request_settings
 from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
-from dht.web.lean_parse import HandOff, HeadScan, LeanParser, LeanRequest
+from dht.web.lean_parse import HeadScan, LeanParser, LeanRequest, NotLean
 
 # A node's limit of a request line, the lean parser's and aiohttp's (dht/node.py).
 MAX_LINE = request_line_limit(NodeConfig.max_key_bytes)
@@ -67,11 +67,11 @@ Outcome = LeanRequest | Literal["wait", "hand off"]
 
 
 def lean(data: bytes) -> Outcome:
-    """What the lean parser makes of `data`; any exception but HandOff goes through."""
+    """What the lean parser makes of `data`; any exception but NotLean goes through."""
     start = time.perf_counter()
     try:
         request = LEAN.parse(data)
-    except HandOff:
+    except NotLean:
         outcome: Outcome = "hand off"
     else:
         outcome = "wait" if request is None else request
@@ -556,7 +556,7 @@ def assert_a_slow_sender_gets_the_same(data: bytes, pieces: list[int]) -> None:
         buffer += data[len(buffer) : cut]
         try:
             request = LEAN.parse(buffer, scan)
-        except HandOff:
+        except NotLean:
             piecewise: Outcome = "hand off"
         else:
             piecewise = "wait" if request is None else request
@@ -804,7 +804,7 @@ def test_the_prefix_check_catches_a_planted_hand_off_or_early_request(
 
     def hands_off_at_ten(data: bytes) -> LeanRequest | None:
         if len(data) == 10:
-            raise HandOff
+            raise NotLean
         return parse(data)
 
     monkeypatch.setattr(LEAN, "parse", hands_off_at_ten)

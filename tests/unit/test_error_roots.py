@@ -60,7 +60,7 @@ NO_ROOT = {
     "dht.coordination.cluster_range.NotEnoughSources": "coordination outcome",
     "dht.coordination.cluster_range.RangeIncomplete": "coordination outcome",
     # Not errors: control flow inside one module.
-    "dht.web.lean_parse.HandOff": "the lean path handing a request to aiohttp",
+    "dht.web.lean_parse.NotLean": "the lean path handing a request to aiohttp",
     "dht.membership.rebalance._StepChanged": "a rebalance restarting for a new step",
     # The operator's tool, not the node: the command says it and exits.
     "dht.membership.driver.ChangeFailed": "the membership driver's failure",

@@ -25,7 +25,7 @@ from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
 from dht.web import lean_http
 from dht.web.admission import BodyPace
 from dht.web.lean_http import SERVER, LeanHttp
-from dht.web.lean_parse import HandOff, LeanParser, LeanRequest
+from dht.web.lean_parse import LeanParser, LeanRequest, NotLean
 from dht.web.server import Answer, Reply
 
 # A node's: a key percent-encoded in the request line, and the rest (dht/node.py).
@@ -193,7 +193,7 @@ HAND_OFFS = {
 
 @pytest.mark.parametrize("data", list(HAND_OFFS.values()), ids=list(HAND_OFFS))
 def test_what_the_lean_path_does_not_take_is_handed_off(data: bytes) -> None:
-    with pytest.raises(HandOff):
+    with pytest.raises(NotLean):
         PARSER.parse(data)
 
 
