@@ -105,30 +105,30 @@ def scenario_counts(report: str) -> dict[str, dict[str, int]]:
 def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_report(
     installed_kit: InstalledKit,
 ) -> None:
-    """dht passes core and every faults and convergence rule through the installed kit
-    (--quick), and the report shows each scenario's run folder and plot."""
-    run = installed_kit.run("--tiers", "core,faults,convergence", "--quick", "--out", "report")
+    """dht passes core, two faults scenarios (a node killed; links cut, through the
+    installed kit's own Toxiproxy) and convergence through the installed kit (--quick),
+    and the report shows each scenario's run folder and plot. (Every faults scenario runs
+    on dht from the source tree in dht/conformance/suite: the installed path is the same
+    code.)"""
+    two_faults = "not paused and not slowed and not in_turn"
+    run = installed_kit.run(
+        *("--tiers", "core,faults,convergence", "--quick", "-k", two_faults, "--out", "report")
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     report = installed_kit.workdir / "report"
     text = (report / "report.md").read_text()
     assert "| core | passes | 9 | 0 | 9 |" in text, text
-    assert "| faults | passes | 5 | 0 | 5 | 5 | 0 | 0 |" in text, text
+    assert "| faults | passes | 2 | 0 | 2 | 2 | 0 | 0 |" in text, text
     assert "| convergence | passes | 1 | 0 | 1 |" in text, text
     # The two lines a student reads first.
     assert "**Keeps the course's contract?** **Yes**: all 9 rules pass (core; not run:" in text
-    assert "**Loses, undoes or invents data under faults?** **None found** (5 fault" in text
+    assert "**Loses, undoes or invents data under faults?** **None found** (2 fault" in text
     plots = re.findall(r"!\[[^]]*\]\((runs/[^)]+/plot\.png)\)", text)
-    assert len(plots) == 6, text
+    assert len(plots) == 3, text
     # Every faults scenario's history judged: its writes counted, none lost, stale,
     # undone or invented.
     rows = scenario_counts(text)
-    assert sorted(rows) == [
-        "faults-crash-restart",
-        "faults-cut-links",
-        "faults-kill",
-        "faults-pause",
-        "faults-slow-links",
-    ], text
+    assert sorted(rows) == ["faults-cut-links", "faults-kill"], text
     for scenario, counts in rows.items():
         assert counts["stable"] > 0, (scenario, counts)
         assert [counts[kind] for kind in FAILING] == [0, 0, 0, 0], (scenario, counts)
