@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import heapq
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +72,10 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._clock_resolution = 0.0
         self.handles_run = 0
         self.network: Any = None  # dht.simulation.network.Network, for create_connection
+        # The tasks of crashed incarnations, held until the run ends: collected during it,
+        # their coroutines' `finally` clauses would run at a moment the garbage collector
+        # picks, not the schedule.
+        self.graveyard: list[asyncio.Task[Any]] = []
 
     async def create_connection(  # type: ignore[override]
         self, protocol_factory: Callable[[], asyncio.Protocol], host: str, port: int, **_: Any
@@ -88,6 +94,25 @@ class VirtualLoop(asyncio.BaseEventLoop):
 
     def _process_events(self, event_list: Any) -> None:
         """No I/O: the network is callbacks on this loop."""
+
+    def bury(self, incarnation: Incarnation) -> None:
+        """`incarnation` crashed: none of its callbacks runs again, and its tasks wait,
+        unfinished, for the end of the run (`forget_the_dead`)."""
+        incarnation.dead = True
+        incarnation.held.clear()
+        self.graveyard.extend(asyncio.all_tasks(self))
+
+    def forget_the_dead(self) -> None:
+        """After the run: the crashed incarnations' tasks are dropped. Their coroutines'
+        `finally` clauses run as they are collected, on a closed loop; what they would
+        complain of (the loop is closed) is no finding."""
+        hook = sys.unraisablehook
+        sys.unraisablehook = lambda _: None
+        try:
+            self.graveyard.clear()
+            gc.collect()
+        finally:
+            sys.unraisablehook = hook
 
     def pause(self, incarnation: Incarnation) -> None:
         incarnation.paused = True

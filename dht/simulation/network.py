@@ -114,6 +114,24 @@ class Network:
                 kept.append(transport)
         self._transports = [t for t in kept if not t.closed]
 
+    def reset(self, a: str, b: str) -> int:
+        """A middlebox resets every connection between `a` and `b`: both ends hear of it
+        now. Returns how many connections."""
+        count = 0
+        for transport in self._transports:
+            if {transport.src, transport.dst} == {a, b} and not transport.closed:
+                transport.closed = True
+                count += 1
+                protocol = transport.protocol
+                if protocol is not None:
+                    self.loop.call_soon(
+                        protocol.connection_lost,
+                        ConnectionResetError("reset"),
+                        context=transport.context,
+                    )
+        self._transports = [t for t in self._transports if not t.closed]
+        return count
+
     async def connect(
         self, src: str, port: int, factory: Callable[[], asyncio.Protocol]
     ) -> tuple[SimTransport, asyncio.Protocol]:
@@ -162,7 +180,9 @@ class Network:
             raise ConnectionRefusedError(f"{dst} is down")
         _, owner, node = listener
         task: asyncio.Task[T] = self.loop.create_task(handler(node), context=owner.context())
-        answer = await task
+        # A caller that gives up leaves the request running on the node, as a client that
+        # hangs up does; and it must not wait for a crashed node's task to end.
+        answer = await asyncio.shield(task)
         await self._cross(dst, src)
         return answer
 

@@ -19,6 +19,7 @@ from dht.history.checker import CLOCK_SLACK, check
 from dht.history.classification import classify
 from dht.history.operation import Op
 from dht.model.record import Record
+from dht.simulation.faults import Nemesis
 from dht.simulation.loop import VirtualLoop, virtual_clocks
 from dht.simulation.network import Network, Trace
 from dht.simulation.sim_node import SimNode, node_config
@@ -39,7 +40,7 @@ class Settings:
     clients: int = 3
     keys: int = 10
     think: float = 0.2  # mean seconds between a client's requests
-    faults: bool = False
+    faults: bool = True
     defect: str | None = None  # a known defect put back (`dht.simulation.defects`)
 
 
@@ -89,6 +90,7 @@ def simulate(settings: Settings) -> Result:
 def _close(loop: VirtualLoop) -> None:
     asyncio.set_event_loop(None)
     loop.close()
+    loop.forget_the_dead()
 
 
 @contextlib.contextmanager
@@ -140,8 +142,14 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
         for i in range(settings.clients)
     ]
     until = loop.time() + settings.seconds
-    nemesis: Any = None
+    nemesis: Nemesis | None = None
+    if settings.faults:
+        nemesis = Nemesis(nodes, network, loop, random.Random(rng.getrandbits(64)), trace)
+        faults = loop.create_task(nemesis.run(until))
     await asyncio.gather(*(client.run(until) for client in clients))
+    if nemesis is not None:
+        await faults
+        await nemesis.heal_all()
     await asyncio.sleep(SETTLE)
     final, diverged = _final_state(nodes, history)
     final_at = (loop.time(), loop.time())

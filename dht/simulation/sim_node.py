@@ -39,7 +39,7 @@ from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore
 from dht.simulation.disk import SimDisk
-from dht.simulation.loop import Incarnation
+from dht.simulation.loop import Incarnation, VirtualLoop
 from dht.simulation.network import Network
 from dht.storage.disk import DiskSpace
 from dht.storage.membership import Membership
@@ -159,7 +159,7 @@ class SimNode:
         name: str,
         config: NodeConfig,
         network: Network,
-        loop: asyncio.AbstractEventLoop,
+        loop: VirtualLoop,
         rng: random.Random,
     ) -> None:
         self.name = name
@@ -296,8 +296,7 @@ class SimNode:
         incarnation = self.incarnation
         if incarnation is None or incarnation.dead:
             return
-        incarnation.dead = True
-        incarnation.held.clear()
+        self.loop.bury(incarnation)
         self.network.crashed(incarnation)
         self.disk.crash()
 

@@ -1,16 +1,19 @@
-"""The simulator itself (`dht.simulation`): a seed replays to the same trace, and a
-cluster with no fault passes the history checker."""
+"""The simulator itself (`dht.simulation`): a seed replays to the same trace, a cluster
+with no fault passes the history checker, and so do a few dozen seeds of faults."""
 
 from __future__ import annotations
+
+import pytest
 
 from dht.simulation.run import Settings, simulate
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
-    settings = Settings(seed=11, seconds=20, faults=False)
+    settings = Settings(seed=11, seconds=60)
     first = simulate(settings)
     second = simulate(settings)
-    assert first.operations > 50
+    assert first.operations > 200
+    assert len(first.faults) > 10
     assert first.trace_hash == second.trace_hash
     assert (first.verdict, first.faults) == (second.verdict, second.faults)
 
@@ -19,3 +22,11 @@ def test_a_cluster_without_faults_keeps_every_acknowledged_write() -> None:
     result = simulate(Settings(seed=3, seconds=30, faults=False))
     assert result.operations > 100
     assert result.ok, result.verdict + "\n" + result.details
+
+
+@pytest.mark.parametrize("seed", range(1, 31))
+def test_a_seed_of_faults_keeps_every_acknowledged_write(seed: int) -> None:
+    result = simulate(Settings(seed=seed, seconds=60))
+    assert result.faults
+    replay = f"python -m dht.simulation --seed {seed} --seconds 60"
+    assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
