@@ -8,6 +8,8 @@ and healed, a few at a time, until the load ends; then everything is healed at o
 - pause: a node's process stopped (SIGSTOP): its callbacks held, its timers late;
 - crash: kill -9, the disk keeping only what it synced, and a restart after a while
   from what it kept;
+- power: every node's power cut at once (each disk keeping what it synced), all back
+  after a while, one by one;
 - clock: a node's wall clock stepped (forward or back) to an offset from true time,
   mostly small, sometimes past the drift bound so the fence has work to do.
 """
@@ -22,7 +24,7 @@ from dht.simulation.loop import VirtualLoop
 from dht.simulation.network import Network, Trace
 from dht.simulation.sim_node import SimNode
 
-KINDS = ("partition", "one-way", "slow", "reset", "pause", "crash", "clock")
+KINDS = ("partition", "one-way", "slow", "reset", "pause", "crash", "clock", "power")
 # Mean seconds between two faults, and the most under way at once.
 MEAN_GAP = 2.0
 AT_ONCE = 2
@@ -70,9 +72,14 @@ class Nemesis:
         free = [node for node in self._nodes if node.name not in self._busy]
         if not free:
             return
+        if kind == "power":
+            await self._power_cut(rng.uniform(0.5, 5.0))
+            return
         node = rng.choice(free)
         others = [other.name for other in self._nodes if other is not node]
-        duration = min(rng.uniform(0.5, 10.0), max(until - self._loop.time(), 0.1))
+        # Most faults are short; one in five outlasts a hint's age and a tombstone's grace.
+        longest = 30.0 if rng.random() < 0.2 else 10.0
+        duration = min(rng.uniform(0.5, longest), max(until - self._loop.time(), 0.1))
         if kind == "partition":
             links = [(node.name, other) for other in others] + [
                 (other, node.name) for other in others
@@ -121,6 +128,22 @@ class Nemesis:
             self._set_offset(node, 0.0)
             self._note(f"clock of {node.name} back to true time")
             self._busy.discard(node.name)
+
+    async def _power_cut(self, duration: float) -> None:
+        """Only when no node has a fault of its own under way."""
+        if self._busy:
+            return
+        names = {node.name for node in self._nodes}
+        self._busy |= names
+        self._note(f"power cut on every node for {duration:.1f} s")
+        for node in self._nodes:
+            node.crash()
+        await asyncio.sleep(duration)
+        for node in self._nodes:
+            self._note(f"restart {node.name}")
+            node.start()
+            await asyncio.sleep(self._rng.uniform(0.0, 0.5))
+        self._busy -= names
 
     async def _cut_for(self, links: list[tuple[str, str]], duration: float, what: str) -> None:
         links = [link for link in links if link not in self._cut]

@@ -19,6 +19,7 @@ from dht.history.checker import CLOCK_SLACK, check
 from dht.history.classification import classify
 from dht.history.operation import Op
 from dht.model.record import Record
+from dht.simulation.defects import put_back
 from dht.simulation.faults import Nemesis
 from dht.simulation.loop import VirtualLoop, virtual_clocks
 from dht.simulation.network import Network, Trace
@@ -77,6 +78,7 @@ def simulate(settings: Settings) -> Result:
         tempfile.TemporaryDirectory(prefix="dht-simulation-") as folder,
         virtual_clocks(loop, settings.seed) as real_clock,
         _quiet_loggers(),
+        put_back(settings.defect),
     ):
         started = real_clock()
         try:

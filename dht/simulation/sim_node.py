@@ -144,8 +144,8 @@ def node_config(url: str, cluster: tuple[str, ...], data_dir: Path) -> NodeConfi
         timeout=1.0,
         hint_interval=0.5,
         anti_entropy_interval=5.0,
-        tombstone_grace=20.0,
-        hint_max_age=10.0,
+        tombstone_grace=10.0,
+        hint_max_age=5.0,
         max_clock_drift=2.0,
     )
 
@@ -199,11 +199,10 @@ class SimNode:
             writer=disk.writer(),
             disk=DiskSpace(config.data_dir, 0, measure=lambda _: _FREE_BYTES),
         )
-        floor = disk.ceiling if disk.ceiling is not None else self.storage.clock_ceiling()
         self.clock = HybridClock(
             wall_clock_ms,
             config.max_clock_drift_ms,
-            floor=floor,
+            floor=self.clock_floor(),
             save_ceiling=disk.save_ceiling,
             wall_us=wall_clock_us,
         )
@@ -261,6 +260,13 @@ class SimNode:
         self._handshakes = Handshakes(RateLimitedLog(_log))
         self._channels: set[ServerConnection] = set()
         self._max_message = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
+
+    def clock_floor(self) -> int:
+        """The clock's saved ceiling (`Storage.clock_ceiling`, from the simulated disk's
+        ceiling file): where a restarted clock goes on from."""
+        if self.disk.ceiling is not None:
+            return self.disk.ceiling
+        return self.storage.clock_ceiling()
 
     def _fence(self, reason: str | None) -> None:
         self.fenced = reason
