@@ -15,12 +15,21 @@ import os
 import sys
 import time
 
-from dht.simulation.run import Result, Settings, simulate
+from dht.simulation.faults import KINDS
+from dht.simulation.run import Result, Settings, shrink, simulate
 
 
 def _seeds(text: str) -> range:
     first, _, last = text.partition("..")
     return range(int(first), int(last or first) + 1)
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(text.split(","))
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"not a kind of fault: {', '.join(unknown)}")
+    return kinds
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,15 +48,26 @@ def parser() -> argparse.ArgumentParser:
         "--think", type=float, default=0.2, help="mean seconds between a client's requests"
     )
     parser.add_argument("--no-faults", action="store_true", help="run with no fault at all")
+    parser.add_argument(
+        "--faults",
+        type=_kinds,
+        default=KINDS,
+        help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)})",
+    )
+    parser.add_argument(
+        "--shrink", action="store_true", help="shrink a failing seed to a shorter failing run"
+    )
     parser.add_argument("--defect", help=argparse.SUPPRESS)  # the simulator's own test
     parser.add_argument("--log", help="show the nodes' log at this level (e.g. INFO)")
     return parser
 
 
-def _replay(args: argparse.Namespace, seed: int) -> str:
-    command = (
-        f"python -m dht.simulation --seed {seed} --seconds {args.seconds:g} --nodes {args.nodes}"
-    )
+def _replay(args: argparse.Namespace, seed: int, settings: Settings | None = None) -> str:
+    seconds = args.seconds if settings is None else settings.seconds
+    kinds = args.faults if settings is None else settings.fault_kinds
+    command = f"python -m dht.simulation --seed {seed} --seconds {seconds:g} --nodes {args.nodes}"
+    if tuple(kinds) != KINDS:
+        command += f" --faults {','.join(kinds)}"
     if args.clients != 3:
         command += f" --clients {args.clients}"
     if args.think != 0.2:
@@ -67,6 +87,7 @@ def _settings(args: argparse.Namespace, seed: int) -> Settings:
         clients=args.clients,
         think=args.think,
         faults=not args.no_faults,
+        fault_kinds=tuple(args.faults),
         defect=args.defect,
     )
 
@@ -101,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             for fault in result.faults[:40]:
                 print(f"  fault: {fault}")
             print(f"  replay: {_replay(args, seed)}")
+            if args.shrink:
+                shrunk = shrink(result.settings)
+                print(f"  shrunk: {_replay(args, seed, shrunk)}")
     wall = time.perf_counter() - started
     if len(seeds) > 1:
         print(

@@ -38,8 +38,11 @@ class Nemesis:
         loop: VirtualLoop,
         rng: random.Random,
         trace: Trace,
+        kinds: Sequence[str] = KINDS,
     ) -> None:
+        """`kinds`: the faults drawn from (a shrink leaves some out)."""
         self._nodes = list(nodes)
+        self._kinds = tuple(kinds)
         self._network = network
         self._loop = loop
         self._rng = rng
@@ -64,7 +67,7 @@ class Nemesis:
             self._tasks = [task for task in self._tasks if not task.done()]
             if len(self._tasks) >= AT_ONCE:
                 continue
-            kind = self._rng.choice(KINDS)
+            kind = self._rng.choice(self._kinds)
             self._tasks.append(loop.create_task(self._apply(kind, until)))
 
     async def _apply(self, kind: str, until: float) -> None:

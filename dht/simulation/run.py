@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import tempfile
@@ -20,7 +21,7 @@ from dht.history.classification import classify
 from dht.history.operation import Op
 from dht.model.record import Record
 from dht.simulation.defects import put_back
-from dht.simulation.faults import Nemesis
+from dht.simulation.faults import KINDS, Nemesis
 from dht.simulation.loop import VirtualLoop, virtual_clocks
 from dht.simulation.network import Network, Trace
 from dht.simulation.sim_node import SimNode, node_config
@@ -42,6 +43,7 @@ class Settings:
     keys: int = 10
     think: float = 0.2  # mean seconds between a client's requests
     faults: bool = True
+    fault_kinds: tuple[str, ...] = KINDS
     defect: str | None = None  # a known defect put back (`dht.simulation.defects`)
 
 
@@ -146,7 +148,8 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
     until = loop.time() + settings.seconds
     nemesis: Nemesis | None = None
     if settings.faults:
-        nemesis = Nemesis(nodes, network, loop, random.Random(rng.getrandbits(64)), trace)
+        nemesis_rng = random.Random(rng.getrandbits(64))
+        nemesis = Nemesis(nodes, network, loop, nemesis_rng, trace, settings.fault_kinds)
         faults = loop.create_task(nemesis.run(until))
     await asyncio.gather(*(client.run(until) for client in clients))
     if nemesis is not None:
@@ -204,3 +207,26 @@ def _state(record: Record | None, node: SimNode) -> bytes | None:
     if record is None or not record.live_at(node.clock.wall_ms()):
         return None
     return record.value
+
+
+def shrink(failing: Settings) -> Settings:
+    """A shorter failing run than `failing` (a failing seed's): the fewest seconds of
+    load, in steps of 5, then the fewest kinds of fault, each left out in turn while the
+    run still fails. The same seed with less load or fewer kinds draws another schedule,
+    so each candidate is run, never assumed; what is returned failed."""
+    best = failing
+    low, high = 0, int(best.seconds // 5)  # in steps of 5 s: `high` fails
+    while high - low > 1:
+        middle = (low + high) // 2
+        candidate = dataclasses.replace(best, seconds=middle * 5.0)
+        if simulate(candidate).ok:
+            low = middle
+        else:
+            high = middle
+    if high * 5.0 < best.seconds:
+        best = dataclasses.replace(best, seconds=high * 5.0)
+    for kind in best.fault_kinds:
+        kinds = tuple(k for k in best.fault_kinds if k != kind)
+        if kinds and not simulate(dataclasses.replace(best, fault_kinds=kinds)).ok:
+            best = dataclasses.replace(best, fault_kinds=kinds)
+    return best

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dht.simulation.run import Settings, simulate
+from dht.simulation.run import Settings, shrink, simulate
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
@@ -55,3 +55,12 @@ def test_a_defect_put_back_is_found_within_a_few_seeds(defect: str, within: int)
     (`dht.simulation.defects`); the same seeds pass without them (the test above)."""
     found = first_failing_seed(defect, range(1, within + 1))
     assert found is not None, f"{defect} passed seeds 1..{within}"
+
+
+def test_a_failing_seed_shrinks_to_a_shorter_run_that_still_fails() -> None:
+    failing = Settings(seed=8, seconds=60, defect="collect-without-exchanges")
+    assert not simulate(failing).ok
+    shrunk = shrink(failing)
+    assert shrunk.seconds <= failing.seconds
+    assert set(shrunk.fault_kinds) <= set(failing.fault_kinds)
+    assert not simulate(shrunk).ok
