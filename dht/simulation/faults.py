@@ -8,6 +8,9 @@ and healed, a few at a time, until the load ends; then everything is healed at o
 - pause: a node's process stopped (SIGSTOP): its callbacks held, its timers late;
 - crash: kill -9, the disk keeping only what it synced, and a restart after a while
   from what it kept;
+- ahead-then-crash: a node's clock carried ahead (within the drift bound) for a few
+  seconds, stepped back to true time, and the node crashed at once and restarted: the
+  schedule of "a restart after a clock was carried ahead";
 - power: every node's power cut at once (each disk keeping what it synced), all back
   after a while, one by one;
 - clock: a node's wall clock stepped (forward or back) to an offset from true time,
@@ -24,7 +27,17 @@ from dht.simulation.loop import VirtualLoop
 from dht.simulation.network import Network, Trace
 from dht.simulation.sim_node import SimNode
 
-KINDS = ("partition", "one-way", "slow", "reset", "pause", "crash", "clock", "power")
+KINDS = (
+    "partition",
+    "one-way",
+    "slow",
+    "reset",
+    "pause",
+    "crash",
+    "clock",
+    "ahead-then-crash",
+    "power",
+)
 # Mean seconds between two faults, and the most under way at once.
 MEAN_GAP = 2.0
 AT_ONCE = 2
@@ -119,6 +132,20 @@ class Nemesis:
             self._note(f"crash {node.name}, down {duration:.1f} s")
             node.crash()
             await asyncio.sleep(duration)
+            self._note(f"restart {node.name}")
+            node.start()
+            self._busy.discard(node.name)
+        elif kind == "ahead-then-crash":
+            self._busy.add(node.name)
+            ahead = rng.uniform(0.5, 1.9)
+            self._note(f"clock of {node.name} stepped to {ahead * 1000:+.0f} ms")
+            self._set_offset(node, ahead)
+            await asyncio.sleep(rng.uniform(1.0, 5.0))
+            self._set_offset(node, 0.0)
+            down = rng.uniform(0.1, 0.5)
+            self._note(f"clock of {node.name} back to true time; crash, down {down:.1f} s")
+            node.crash()
+            await asyncio.sleep(down)
             self._note(f"restart {node.name}")
             node.start()
             self._busy.discard(node.name)

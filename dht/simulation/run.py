@@ -162,6 +162,7 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
     slack = CLOCK_SLACK + skew
     for node in nodes:
         node.crash()  # nothing runs past the verdict
+        problems.extend(node.violations)
     report = check(history, final, slack, final_at)
     classification = classify(history, final, slack, final_at, report)
     ok = report.ok and not diverged and not problems
@@ -169,7 +170,7 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
     if diverged:
         verdict_parts.append(f"{len(diverged)} keys diverged: {', '.join(diverged[:5])}")
     if problems:
-        verdict_parts.append(f"{len(problems)} unhandled errors")
+        verdict_parts.append(f"{len(problems)} broken invariants or unhandled errors")
     details = "" if report.ok else report.details()
     if problems:
         details += "\n" + "\n".join(problems[:5])

@@ -172,6 +172,8 @@ class SimNode:
         self.clock_offset = 0.0
         self.fenced: str | None = None
         self.exchange_answerer: Any = None
+        self.last_version = 0  # the newest version it issued, in any incarnation
+        self.violations: list[str] = []  # invariants its code broke, as the run saw
         config.data_dir.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -206,6 +208,7 @@ class SimNode:
             save_ceiling=disk.save_ceiling,
             wall_us=wall_clock_us,
         )
+        self._watch_versions(self.clock)
         self.membership = Membership(
             config.data_dir, TopologyState(0, STABLE, config.cluster), config.vnodes
         )
@@ -260,6 +263,24 @@ class SimNode:
         self._handshakes = Handshakes(RateLimitedLog(_log))
         self._channels: set[ServerConnection] = set()
         self._max_message = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
+
+    def _watch_versions(self, clock: HybridClock) -> None:
+        """SPEC 8.7, the clock never goes back: every version this node issues, in any
+        of its incarnations, is newer than every one it issued before. A version that is
+        not goes into `violations` (the run fails)."""
+        issue = clock.now
+
+        def now() -> int:
+            version = issue()
+            if version <= self.last_version:
+                self.violations.append(
+                    f"{self.name}'s clock went back: it issued version {version} "
+                    f"after {self.last_version} (incarnation {self.incarnations})"
+                )
+            self.last_version = max(self.last_version, version)
+            return version
+
+        clock.now = now  # type: ignore[method-assign]
 
     def clock_floor(self) -> int:
         """The clock's saved ceiling (`Storage.clock_ceiling`, from the simulated disk's
