@@ -93,8 +93,8 @@ def simulate(settings: Settings) -> Result:
 
 def _close(loop: VirtualLoop) -> None:
     asyncio.set_event_loop(None)
-    loop.close()
     loop.forget_the_dead()
+    loop.close()
 
 
 @contextlib.contextmanager
