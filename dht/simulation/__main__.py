@@ -55,6 +55,11 @@ def parser() -> argparse.ArgumentParser:
         help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)})",
     )
     parser.add_argument(
+        "--narrow-deletes",
+        action="store_true",
+        help="one DELETE in two at replicas=2/2 (tombstones narrower than the values)",
+    )
+    parser.add_argument(
         "--shrink", action="store_true", help="shrink a failing seed to a shorter failing run"
     )
     parser.add_argument("--defect", help=argparse.SUPPRESS)  # the simulator's own test
@@ -74,6 +79,8 @@ def _replay(args: argparse.Namespace, seed: int, settings: Settings | None = Non
         command += f" --think {args.think:g}"
     if args.no_faults:
         command += " --no-faults"
+    if args.narrow_deletes:
+        command += " --narrow-deletes"
     if args.defect:
         command += f" --defect {args.defect}"
     return command
@@ -88,6 +95,7 @@ def _settings(args: argparse.Namespace, seed: int) -> Settings:
         think=args.think,
         faults=not args.no_faults,
         fault_kinds=tuple(args.faults),
+        narrow_deletes=args.narrow_deletes,
         defect=args.defect,
     )
 

@@ -79,11 +79,36 @@ def collect_without_exchanges() -> contextlib.AbstractContextManager[None]:
     return _collectible_with(lambda record, arrived, since: (arrived, [arrived + 1] * len(since)))
 
 
+def collect_waiting_for_its_replicas() -> contextlib.AbstractContextManager[None]:
+    """Collection waits for exchanges with the tombstone's own `F` replicas only, not
+    every node of the ring: a value written to more nodes than the DELETE went to
+    (a PUT at 3/3, then a DELETE at 2/2) comes back from a node outside them. The rule
+    of `Collector._collect` as it was, but for the nodes it waits for."""
+
+    def _collect(self: collector.Collector, dead: list[tuple[bytes, Record]]) -> int:
+        now = self._wall_ms()
+        collected = 0
+        for key, record in dead:
+            entry = self._storage.digest(key)
+            if entry is None or entry.version != record.version:
+                continue
+            since = [self._exchanged_since(url) for url in self._trees.sharing(key, record.copies)]
+            if collector.collectible(
+                record, entry.arrived_ms, now, self._grace_ms, since
+            ) and self._storage.collect(key, record):
+                collected += 1
+        self.collected += collected
+        return collected
+
+    return _swapped(collector.Collector, "_collect", _collect)
+
+
 DEFECTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "clock-from-zero": clock_from_zero,
     "ack-before-sync": ack_before_sync,
     "tombstone-by-version-time": tombstone_by_version_time,
     "collect-without-exchanges": collect_without_exchanges,
+    "collect-waiting-for-its-replicas": collect_waiting_for_its_replicas,
 }
 
 

@@ -44,6 +44,7 @@ class Settings:
     think: float = 0.2  # mean seconds between a client's requests
     faults: bool = True
     fault_kinds: tuple[str, ...] = KINDS
+    narrow_deletes: bool = False  # one DELETE in two at replicas=2/2
     defect: str | None = None  # a known defect put back (`dht.simulation.defects`)
 
 
@@ -142,6 +143,7 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
             settings.think,
             history,
             trace,
+            settings.narrow_deletes,
         )
         for i in range(settings.clients)
     ]

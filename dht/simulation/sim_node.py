@@ -31,7 +31,7 @@ from dht.coordination.coordinator import Coordinator, Outcome, Status
 from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import RateLimitedLog
 from dht.model.merkle import MerkleTrees
-from dht.model.replicas import ReplicaCount
+from dht.model.replicas import ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
 from dht.node import hint_max_age
 from dht.replication.anti_entropy import AntiEntropy
@@ -327,11 +327,15 @@ class SimNode:
         self.network.crashed(incarnation)
         self.disk.crash()
 
-    async def serve(self, kind: str, key: bytes, value: bytes | None) -> tuple[int, bytes | None]:
+    async def serve(
+        self, kind: str, key: bytes, value: bytes | None, replicas_text: str | None = None
+    ) -> tuple[int, bytes | None]:
         """One client request, as the HTTP edge would run it: (status, body)."""
         if self.fenced is not None:
             return 503, None
         replicas: ReplicaCount | None = None
+        if replicas_text is not None:
+            replicas = parse_replicas(replicas_text, self.coordinator.cluster_size)
         outcome: Outcome
         if kind == "GET":
             outcome = await self.coordinator.get(key, replicas)

@@ -28,7 +28,11 @@ class Client:
         think: float,
         history: list[Op],
         trace: Trace,
+        narrow_deletes: bool = False,
     ) -> None:
+        """`narrow_deletes`: one DELETE in two at `replicas=2/2`, on keys written at the
+        default (every node): tombstones whose `F` is narrower than the values they
+        delete."""
         self.name = f"client{number}"
         self._nodes = nodes
         self._network = network
@@ -38,6 +42,7 @@ class Client:
         self._history = history
         self._trace = trace
         self._sent = 0
+        self._narrow_deletes = narrow_deletes
 
     async def run(self, until: float) -> None:
         loop = asyncio.get_running_loop()
@@ -53,6 +58,9 @@ class Client:
         draw = rng.random()
         kind = Kind.PUT if draw < 0.45 else Kind.GET if draw < 0.85 else Kind.DELETE
         key = f"k{rng.randrange(self._keys)}"
+        replicas = None
+        if kind is Kind.DELETE and self._narrow_deletes and rng.random() < 0.5:
+            replicas = "2/2"
         value: bytes | None = None
         if kind is Kind.PUT:
             self._sent += 1
@@ -64,7 +72,7 @@ class Client:
         sent_value = value
 
         async def serve(target: SimNode) -> tuple[int, bytes | None]:
-            return await target.serve(kind.value, key.encode(), sent_value)
+            return await target.serve(kind.value, key.encode(), sent_value, replicas)
 
         try:
             async with asyncio.timeout(CLIENT_DEADLINE):
@@ -74,6 +82,6 @@ class Client:
         completed = None if status is None else loop.time()
         if kind is Kind.GET:
             value = body if status == 200 else None
-        op = Op(kind, key, value, invoked, completed, status, node=node.name)
+        op = Op(kind, key, value, invoked, completed, status, node=node.name, replicas=replicas)
         self._history.append(op)
         self._trace.add("op", kind.value, key, value, invoked, completed, status, node.name)

@@ -26,9 +26,12 @@ def test_a_cluster_without_faults_keeps_every_acknowledged_write() -> None:
 
 @pytest.mark.parametrize("seed", range(1, 31))
 def test_a_seed_of_faults_keeps_every_acknowledged_write(seed: int) -> None:
-    result = simulate(Settings(seed=seed, seconds=60))
+    narrow = seed > 15  # half of them with tombstones narrower than the values
+    result = simulate(Settings(seed=seed, seconds=60, narrow_deletes=narrow))
     assert result.faults
-    replay = f"python -m dht.simulation --seed {seed} --seconds 60"
+    replay = f"python -m dht.simulation --seed {seed} --seconds 60" + (
+        " --narrow-deletes" if narrow else ""
+    )
     assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
 
 
