@@ -25,6 +25,7 @@ import uvloop
 from aiohttp import web
 
 from dht.config import NodeConfig
+from dht.limits import MESSAGE_OVERHEAD
 from dht.model.clock import HybridClock
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
@@ -34,7 +35,6 @@ from dht.storage.store import Storage
 from dht.transport.channel_server import ServerConnection
 from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer
-from dht.transport.protocol import MESSAGE_OVERHEAD
 
 HOST = "127.0.0.1"
 

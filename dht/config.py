@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from dht.limits import (
+    HANDSHAKE_DEADLINE,
+    MAX_SECRET_BYTES,
+    REQUEST_LINE_OVERHEAD,
+    REQUEST_WINDOW_MS,
+    KiB,
+    MiB,
+)
+
 # How a node's writes reach the disk before it acknowledges them (SPEC.md rule 10.2).
 Durability = Literal["group", "none", "each"]
 DURABILITIES: tuple[Durability, ...] = ("group", "none", "each")
@@ -26,12 +35,6 @@ DEPRECATED_FLAGS: dict[str, tuple[str, Any, str]] = {
         "group); --durability each fsyncs every write on its own as --sync-writes did",
     ),
 }
-
-KiB = 1024
-MiB = 1024 * KiB
-# The longest cluster secret (an HMAC key: it never travels, SPEC.md rule 11.4; longer
-# adds nothing).
-MAX_SECRET_BYTES = 1024
 
 
 # -- the bounds of a flag's value: argparse `type`s, whose names appear in its errors -----
@@ -370,14 +373,20 @@ class NodeConfig:
         return dict(self.routes).get(peer, peer)
 
 
-# Method, path, other parameters and the HTTP version around the key in a request line.
-_REQUEST_LINE_OVERHEAD = 1024
+# How the defaults relate to dht/limits.py's limits (asserted here: that module imports
+# nothing of dht). A peer dials and shakes hands within its --timeout, and a connection
+# that has not said HELLO HANDSHAKE_DEADLINE after its first byte is closed as a stranger:
+# a peer at the default gives up before it could be taken for one.
+assert NodeConfig.timeout < HANDSHAKE_DEADLINE
+# Nodes whose clocks are within --max-clock-drift of each other serve (further, one is
+# fenced), so their internal requests' proofs must fall within the window.
+assert NodeConfig.max_clock_drift * 1000 < REQUEST_WINDOW_MS
 
 
 def request_line_limit(max_key_bytes: int) -> int:
     """The longest request line a node reads (aiohttp's and the lean parser's limit): a
     key travels percent-encoded in it, up to 3 bytes per byte."""
-    return 3 * max_key_bytes + _REQUEST_LINE_OVERHEAD
+    return 3 * max_key_bytes + REQUEST_LINE_OVERHEAD
 
 
 def normalize_url(url: str) -> str:

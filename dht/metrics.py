@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,6 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from dht.transport.breaker import State
+from dht.web.server import Params
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Metrics"]
 
@@ -128,6 +130,10 @@ class Metrics:
             if latencies is None:
                 latencies = self.call_seconds[peer] = Latencies()
             latencies.observe(seconds)
+
+    async def scrape(self, request: web.BaseRequest, params: Params) -> web.Response:
+        """The handler of `GET /metrics`: the families rendered now."""
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE})
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

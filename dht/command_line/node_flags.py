@@ -1,7 +1,7 @@
 """The node's flags, made from the settings `NodeConfig` declares (dht/config.py): the
 argparse arguments of `node` and `cluster`, the `NodeConfig` built from what was parsed,
 and the flags table of docs/operating.md (`python -m dht.command_line.node_flags` prints
-it; tests/unit/test_node_settings.py checks the page holds it)."""
+it; tests/unit/command_line/test_node_settings.py checks the page holds it)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,8 @@ def request(
     tls: ssl.SSLContext | None = None,
 ) -> Response:
     """One HTTP request on a fresh connection (HTTPS with `tls`); raises OSError if
-    nothing answers."""
+    nothing answers, or if the answer is cut off (a node killed while it answered: what
+    it did is as unknown as if it had not answered at all)."""
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or HOST
     connection = (
@@ -76,6 +77,8 @@ def request(
         body = response.read()
         elapsed = time.monotonic() - started
         return Response(response.status, body, dict(response.getheaders()), elapsed)
+    except http.client.HTTPException as exc:  # IncompleteRead, a broken status line
+        raise ConnectionError(f"the answer was cut off: {exc!r}") from exc
     finally:
         connection.close()
 

@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from dht.membership.step import StepApplier
 from dht.model.topology import BadTransition, TopologyState
 from dht.storage.membership import Membership
 from dht.transport.wire import CLOCK_HEADER, TOPOLOGY_PATH
 from dht.web.server import Params, Route, text
 
-StepTaker = Callable[[TopologyState], Awaitable[bool]]
 # The body of a request that proved the cluster secret, or the answer refusing it.
 Guard = Callable[[web.BaseRequest], Awaitable[bytes | web.Response]]
 
@@ -28,15 +28,16 @@ class MembershipApi:
     def __init__(
         self,
         membership: Membership,
-        take_step: StepTaker,
+        steps: StepApplier,
         guard: Guard,
         wall_ms: Callable[[], int],
     ) -> None:
-        """`guard` reads the body of a request that proves the cluster secret (when one
-        is set), or refuses it; `wall_ms` is this node's wall clock, which every answer
-        to a GET carries for the asking node's clock fence (SPEC.md rule 9.13)."""
+        """`steps` takes a step on this node; `guard` reads the body of a request that
+        proves the cluster secret (when one is set), or refuses it; `wall_ms` is this
+        node's wall clock, which every answer to a GET carries for the asking node's
+        clock fence (SPEC.md rule 9.13)."""
         self._membership = membership
-        self._take_step = take_step
+        self._steps = steps
         self._guard = guard
         self._wall_ms = wall_ms
 
@@ -56,7 +57,7 @@ class MembershipApi:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             return text(400, f"Bad Request: {exc}")
         try:
-            drained = await self._take_step(proposed)
+            drained = await self._steps.apply(proposed)
         except BadTransition as exc:
             now = self._membership.state
             return text(409, f"Conflict: this node is {now.phase} (epoch {now.epoch}): {exc}")

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from dht.limits import NO_ANSWER_DEADLINE
 from dht.model.ring import Ring
 from dht.model.topology import (
     HANDOFF,
@@ -40,8 +41,6 @@ from dht.model.topology import (
 from dht.transport.wire import TOPOLOGY_PATH, proving
 
 POLL = 0.2
-# A node that does not answer at all for this long stops the change (SPEC.md rule 13.8).
-NO_ANSWER_DEADLINE = 10.0
 
 
 class ChangeFailed(Exception):

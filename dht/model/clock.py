@@ -52,6 +52,22 @@ def wall_clock_us() -> int:
     return time.time_ns() // 1_000
 
 
+def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:
+    """The wall clock, shifted by `--clock-skew` (the test bed's skewed-clock fault)."""
+    if not skew_seconds:
+        return wall_clock_ms
+    skew_ms = round(skew_seconds * 1000)
+    return lambda: wall_clock_ms() + skew_ms
+
+
+def skewed_wall_clock_us(skew_seconds: float) -> Callable[[], int]:
+    """`skewed_wall_clock` in microseconds."""
+    if not skew_seconds:
+        return wall_clock_us
+    skew_us = round(skew_seconds * 1_000_000)
+    return lambda: wall_clock_us() + skew_us
+
+
 def version_at_us(us: int) -> int:
     """The first version a write at wall-clock `us` microseconds may carry."""
     ms, within = divmod(us, 1000)

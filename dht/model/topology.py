@@ -16,7 +16,7 @@ least one replica: each phase's quorums include a quorum of a ring the neighbour
 also has a quorum of. A write acknowledged in stable(old) and a read in stable(new) are
 two phases apart: the handoff, which starts only once every node is joint (so no
 stable(old) write can still come), copies every old record to its new owners before any
-node leaves the handoff phase. `tests/unit/test_topology.py` checks the overlap
+node leaves the handoff phase. `tests/unit/model/test_topology.py` checks the overlap
 exhaustively on small clusters.
 """
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from dht.limits import FIRST_CHECK_SECONDS, LATEST_CLOCK_MS
 from dht.model.clock_offset import Offset, clock_fence
 from dht.model.topology import TopologyState, removed
 from dht.replication.background import OwnedTask
@@ -46,9 +47,6 @@ log = logging.getLogger(__name__)
 
 FENCE_FILE = "fenced.json"
 CHECK_INTERVAL = 5.0
-# How long a starting node waits for its peers' steps before it serves (rule 1.1 gives it
-# a second to answer /v0/status).
-FIRST_CHECK_SECONDS = 0.5
 # How soon the watch looks again while a peer has never answered: peers started with
 # this node (a whole cluster at once) open their ports a moment after its first look.
 ASK_AGAIN = 0.1
@@ -58,10 +56,6 @@ STARTING = (
     "this node is starting: it is asking its peers for their membership step and clock "
     "before it serves (SPEC.md rules 9.13 and 13.9); try again in a moment"
 )
-# The largest clock a peer's header may say (ms since the epoch, about the year 5138):
-# past it, the header is no time at all (found by review: a 400-digit one broke the
-# float conversions of /v0/status and of the watch itself).
-LATEST_CLOCK_MS = 1 << 47
 
 
 def saved_fence(data_dir: Path) -> str | None:

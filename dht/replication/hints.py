@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dht.config import NodeConfig
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record, decode, encode
 from dht.replication.background import OwnedTask
@@ -57,6 +58,23 @@ def decode_hint(stored_key: bytes, data: bytes) -> Hint:
     target, _, key = stored_key.partition(_SEPARATOR)
     (created_ms,) = _CREATED.unpack_from(data)
     return Hint(target.decode(), key, decode(data[_CREATED.size :]), created_ms)
+
+
+def hint_max_age(config: NodeConfig) -> float:
+    """`--hint-max-age`, at most half of `--tombstone-grace`: a hint delivered after every
+    node collected the tombstone that replaced its record would bring the record back
+    (the other half covers clocks that disagree). A replica whose hint is dropped is
+    repaired by anti-entropy instead."""
+    limit = config.tombstone_grace / 2
+    if config.hint_max_age <= limit:
+        return config.hint_max_age
+    log.info(
+        "hints are kept at most %g s, half of --tombstone-grace, not --hint-max-age %g s: "
+        "an older hint could bring back a record whose tombstone is collected",
+        limit,
+        config.hint_max_age,
+    )
+    return limit
 
 
 class HintStore:

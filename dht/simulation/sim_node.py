@@ -27,17 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from dht.config import NodeConfig
-from dht.coordination.coordinator import Coordinator, Outcome, Status
+from dht.coordination.coordinator import Coordinator
+from dht.coordination.outcome import Outcome, Status
+from dht.limits import MESSAGE_OVERHEAD
 from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import RateLimitedLog
 from dht.model.merkle import MerkleTrees
 from dht.model.replicas import ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
-from dht.node import hint_max_age
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
-from dht.replication.hints import HintDelivery, HintStore
+from dht.replication.hints import HintDelivery, HintStore, hint_max_age
 from dht.simulation.disk import SimDisk
 from dht.simulation.loop import Incarnation, VirtualLoop
 from dht.simulation.network import Network
@@ -49,7 +50,6 @@ from dht.transport.channel_server import ServerConnection
 from dht.transport.handshakes import Handshakes
 from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer, Peers
-from dht.transport.protocol import MESSAGE_OVERHEAD
 from dht.transport.wire import CLOCK_HEADER, EXCHANGE_PATH, TOPOLOGY_PATH
 
 _log = logging.getLogger(__name__)

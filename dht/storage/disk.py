@@ -21,12 +21,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MiB = 1024 * 1024
-RESUME_MARGIN = 1 * MiB
+from dht.limits import RESUME_MARGIN, MiB
 
 
-class DiskFull(Exception):
+class StorageError(Exception):
+    """Root of the errors of this node's own disk (the data folder, its volume).
+    `status`: what the HTTP edge answers a client whose request met it, or None when
+    none does (the node does not start). Nothing catches the root itself: each place
+    catches the one it can answer."""
+
+    status: int | None = None
+
+
+class DiskFull(StorageError):
     """A write refused because the volume is below the node's free-space reserve."""
+
+    status = 507  # Insufficient Storage: a write refused for space (SPEC.md rule 9.7)
 
 
 def replace_durably(path: Path, data: bytes) -> None:

@@ -36,18 +36,16 @@ from typing import Any
 import plyvel
 
 from dht.config import Durability
+from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.ceiling_file import CeilingFile
-from dht.storage.disk import DiskFull, DiskSpace
+from dht.storage.disk import DiskFull, DiskSpace, StorageError
 from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 
 log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = b"r"
-# Values from this size on are written in a thread rather than on the loop (with every
-# --durability, "group" writing every value there).
-LARGE_WRITE = 1024 * 1024
 HINTS_PREFIX = b"h"
 DIGESTS_PREFIX = b"d"
 # Set once every record has its digest entry: a data folder from before the index, or
@@ -70,8 +68,9 @@ def digest_key(key: bytes) -> bytes:
     return DIGESTS_PREFIX + leaf_of(key).to_bytes(2, "big") + key
 
 
-class StorageUnavailable(Exception):
-    """The data folder cannot be opened; the message says which, why and what to do."""
+class StorageUnavailable(StorageError):
+    """The data folder cannot be opened; the message says which, why and what to do.
+    The node does not start (`python -m dht node` prints it and exits 1)."""
 
 
 def open_leveldb(data_dir: Path) -> Any:

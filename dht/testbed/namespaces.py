@@ -1,4 +1,5 @@
-"""Network namespaces that die with the process that made them (Linux, as root).
+"""Network namespaces that die with the process that made them (Linux, as root); for a
+namespace that stands for a host of its own, with its mounts and host name too.
 
 A namespace here has no name: a holder process (`unshare --net -- sleep infinity`) keeps
 it, and it goes, with every veth end in it, once the holder and every process started in
@@ -100,10 +101,18 @@ class Namespace:
     docstring): `close` kills the holder, and the namespace goes once the processes
     started in it have exited too."""
 
-    def __init__(self) -> None:
+    def __init__(self, also: Sequence[str] = ()) -> None:
+        """`also`: other namespaces the holder has of its own, besides the network's:
+        "mnt" (its mounts, private: what is mounted in it stays there) and "uts" (its
+        host name), for a namespace that stands for a host of its own."""
+        unknown = set(also) - {"mnt", "uts"}
+        if unknown:
+            raise ValueError(f"namespaces not made here: {sorted(unknown)}")
+        self.kinds = ("net", *also)
         self._own = os.readlink("/proc/self/ns/net")
+        options = {"net": "--net", "mnt": "--mount", "uts": "--uts"}
         self.holder = spawn(
-            ["unshare", "--net", "--", "sleep", "infinity"],
+            ["unshare", *(options[kind] for kind in self.kinds), "--", "sleep", "infinity"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -118,7 +127,12 @@ class Namespace:
     @property
     def prefix(self) -> list[str]:
         """What goes before argv to run it in this namespace."""
-        return ["nsenter", f"--net={self.path}", "--"]
+        entries = {"net": "--net", "mnt": "--mount", "uts": "--uts"}
+        return [
+            "nsenter",
+            *(f"{entries[kind]}=/proc/{self.holder.pid}/ns/{kind}" for kind in self.kinds),
+            "--",
+        ]
 
     def ip(self, *commands: str) -> None:
         run_ip(commands, self.prefix)

@@ -33,6 +33,7 @@ from dht.transport.messages import (
     RecordAbsent,
     RecordFound,
     Refused,
+    RemoteTransportError,
     Request,
     Stored,
     Welcome,
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 _LAST_CALL_ID = (1 << 32) - 1
 
 
-class PeerError(Exception):
+class PeerError(RemoteTransportError):
     """A replica call to a peer failed (time-out, refused, reset, bad answer)."""
 
 

@@ -29,10 +29,11 @@ from typing import Any, Protocol, cast
 import uvloop
 import uvloop.loop
 
+from dht.limits import HANDSHAKE_DEADLINE
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.transport.connection import Connection
-from dht.transport.handshakes import HANDSHAKE_DEADLINE, Handshakes
+from dht.transport.handshakes import Handshakes
 from dht.transport.messages import (
     Challenge,
     Failed,
@@ -45,6 +46,7 @@ from dht.transport.messages import (
     RecordFound,
     Refused,
     Stored,
+    TransportError,
     Unadmitted,
     Welcome,
     Why,
@@ -69,9 +71,10 @@ WRONG_SECRET = (
 )
 
 
-class ReplicaRefusal(Exception):
+class ReplicaRefusal(TransportError):
     """A replica declines one call: `why`, and the message as the reason, go back in
-    FAILED."""
+    FAILED (what the edge answers the peer; the peer did nothing wrong, nor did this
+    node: it is neither a local nor a remote error)."""
 
     def __init__(self, why: Why, reason: str) -> None:
         super().__init__(reason)

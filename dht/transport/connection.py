@@ -19,11 +19,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
+from dht.limits import WRITE_HIGH_WATER
 from dht.transport.messages import Answer, Handshake, Request
 from dht.transport.protocol import Budget, Frame, ReplicaCodec
-
-# Bytes a connection lets pile up in its transport before it stops feeding it fragments.
-_WRITE_HIGH_WATER = 256 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -61,7 +59,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self.transport = transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -12,12 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from dht.limits import HANDSHAKE_DEADLINE, MAX_AWAITING_HELLO
 from dht.model.log_limits import RateLimitedLog
-
-# Seconds from a connection's first byte to its HELLO; then it is closed.
-HANDSHAKE_DEADLINE = 5.0
-# Connections awaiting their HELLO at once; one more closes the oldest of them.
-MAX_AWAITING_HELLO = 64
 
 
 class Stranger(Protocol):

@@ -42,7 +42,8 @@ class LocalReplica:
         self._membership = membership
         self._refusals = RateLimitedLog(log)
         # Told of every replica write once stored (the handoff looks for records this
-        # node does not own), set by the node.
+        # node does not own: `StepApplier.hand_off_if_not_owned` in
+        # dht.membership.step), set by the node.
         self.on_stored: Callable[[bytes, Record], None] | None = None
 
     def admit(self, hello: Hello) -> str | None:

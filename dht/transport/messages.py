@@ -61,11 +61,31 @@ class Why(enum.IntEnum):
     OVERLOADED = 3  # the replica holds as many bytes of values as it takes (its budget)
 
 
-class ProtocolError(Exception):
+# -- the errors of talking to peers: one root, split by whose fault (h11's ProtocolError,
+# LocalProtocolError and RemoteProtocolError). Each class says what the edge does.
+
+
+class TransportError(Exception):
+    """Root of every error of talking to other nodes: the replica channel, the internal
+    HTTP requests, TLS between nodes. Nothing catches the root itself: each place
+    catches the one it can answer."""
+
+
+class RemoteTransportError(TransportError):
+    """The peer, or the link to it, failed or broke the protocol: a call to it fails
+    (the coordinator counts that replica as failed), or a connection from it is closed."""
+
+
+class LocalTransportError(TransportError):
+    """This node's own side is wrong: a bug or a setup it cannot run with, never the
+    peer's doing."""
+
+
+class ProtocolError(RemoteTransportError):
     """The peer sent bytes that are not this protocol: the connection must be closed."""
 
 
-class ChannelMisuse(Exception):
+class ChannelMisuse(LocalTransportError):
     """This side tried to send something its role may not send (a bug, not the peer)."""
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+from dht.limits import PLAIN_CALL_BYTES, SLOWEST_TRANSFER
 from dht.model.record import Record
 from dht.transport.breaker import Breaker
 from dht.transport.channel import PeerError, ReplicaChannel, ReplicaFull
@@ -58,24 +59,15 @@ class CallOwner(Protocol):
     def failed(self, outcome: str, seconds: float | None) -> None: ...
 
 
-# A call carrying more than a fragment, or answered with more (counted as it arrives),
-# gets its size at this rate on top of --timeout, so a large but healthy transfer is not
-# cut off as a time-out. It is low because a replica writes large values one at a time
-# (LevelDB takes ~200 MB/s here): 16 concurrent 16 MiB writes queue for over a second
-# before the last one lands.
-SLOWEST_TRANSFER = 8 * 1024 * 1024  # bytes per second
-_PLAIN_CALL_BYTES = 64 * 1024
-
-
 def transfer_time(size: int) -> float:
     """Seconds added to the deadline of a call carrying `size` bytes, or answered with
     `size` bytes so far."""
-    return size / SLOWEST_TRANSFER if size > _PLAIN_CALL_BYTES else 0.0
+    return size / SLOWEST_TRANSFER if size > PLAIN_CALL_BYTES else 0.0
 
 
 def is_large(size: int) -> bool:
     """Whether a request of `size` bytes gets a deadline of its own (`PendingCall`)."""
-    return size > _PLAIN_CALL_BYTES
+    return size > PLAIN_CALL_BYTES
 
 
 class PendingCall(Generic[T]):

@@ -19,6 +19,7 @@ import aiohttp
 from yarl import URL
 
 from dht.config import NodeConfig
+from dht.limits import MESSAGE_OVERHEAD
 from dht.model.keys import query_value
 from dht.model.record import Record
 from dht.transport.breaker import Breaker, State
@@ -38,7 +39,7 @@ from dht.transport.peer_call import (
     record_of,
     stored_of,
 )
-from dht.transport.protocol import MESSAGE_OVERHEAD, Budget
+from dht.transport.protocol import Budget
 from dht.transport.range_stream import RecordStream
 from dht.transport.wire import RECORDS_PATH, RING_HEADER, proving
 

@@ -25,6 +25,8 @@ import struct
 from collections.abc import Iterable
 from typing import Protocol
 
+from dht.limits import REQUEST_WINDOW_MS
+
 NONCE_BYTES = 16
 PROOF_BYTES = hashlib.sha256().digest_size
 
@@ -75,9 +77,6 @@ def proves(expected: bytes, offered: bytes) -> bool:
 # restart forgets none), so a captured request can be neither replayed nor changed, and
 # shows nothing of the secret. Its form and time are judged before the body is read
 # (`unfit_proof`), the MAC after.
-
-# How far a request's time may be from the receiver's clock, either way.
-REQUEST_WINDOW_MS = 300_000
 
 
 def request_proof(

@@ -27,6 +27,7 @@ import enum
 import struct
 from typing import Protocol
 
+from dht.limits import FRAGMENT_BYTES, HANDSHAKE_BYTES
 from dht.model.record import CorruptRecord
 from dht.transport.messages import (
     HANDSHAKE_CALL,
@@ -51,15 +52,9 @@ from dht.transport.messages import (
 )
 
 PREFACE = b"\x00dht-replica\r\n"
-FRAGMENT_BYTES = 64 * 1024
-# The largest body of a handshake message: a HELLO with the longest host name and ring
-# identity fits with room to spare.
-HANDSHAKE_BYTES = 4 * 1024
 
 _FRAME = struct.Struct(">IBI")
 _MORE = 0x80
-# Headroom over a value for a PUT's key length, record header and framing.
-MESSAGE_OVERHEAD = 64
 
 
 _OPS = {op.value: op for op in Op}

@@ -14,10 +14,11 @@ import aiohttp
 
 from dht.model.record import CorruptRecord, Record, decode
 from dht.transport.channel import PeerError
+from dht.transport.messages import RemoteTransportError
 from dht.transport.wire import FRAME_LENGTH
 
 
-class OversizedFrame(ValueError):
+class OversizedFrame(RemoteTransportError, ValueError):
     """A range stream frame claims a key or record longer than any node may hold."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dht.model.log_limits import RateLimitedLog
+from dht.transport.messages import LocalTransportError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ TLS_ONLY = (
 )
 
 
-class TlsSetupError(Exception):
+class TlsSetupError(LocalTransportError):
     """A certificate, key or CA file that cannot be used: the node does not start."""
 
 

@@ -121,8 +121,21 @@ class ByteBudget:
             self._trim()
 
 
-class BodyTooSlow(Exception):
+class ClientRequestError(Exception):
+    """Root of the errors that end a client's request at the HTTP edge before it is
+    carried out (`dht.web.server`'s handler answers them): the client's own mistakes,
+    a 4xx, or a refusal to take it now, a 503. `status` is that answer's status, the
+    message its reason. It lives here, the web package's lowest module, so that this
+    module's own error can be one. Nothing catches the root itself: the handler catches
+    each kind, as each answers its own way."""
+
+    status: int
+
+
+class BodyTooSlow(ClientRequestError):
     """A body fell behind the minimum rate; the message is the reason sent with 408."""
+
+    status = 408  # Request Timeout, and the connection closes (SPEC.md rule 7.10)
 
 
 class BodyPace:

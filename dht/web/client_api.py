@@ -18,7 +18,9 @@ from aiohttp import web
 
 from dht.config import NodeConfig
 from dht.coordination.cluster_range import NotEnoughSources, RangeIncomplete
-from dht.coordination.coordinator import Coordinator, Outcome, Status
+from dht.coordination.coordinator import Coordinator
+from dht.coordination.outcome import Outcome, Status
+from dht.limits import MAX_TTL_SECONDS
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.web.admission import BodyPace, ByteBudget
 from dht.web.server import (
@@ -296,10 +298,6 @@ class ClientApi:
             return key, parse_replicas(text, self._coordinator.cluster_size)
         except BadReplicas as exc:
             raise BadRequest(str(exc)) from exc
-
-
-# A year: an expiry further out is a mistake (seconds taken for milliseconds, say).
-MAX_TTL_SECONDS = 365 * 24 * 3600
 
 
 def ttl_param(params: Params) -> int:

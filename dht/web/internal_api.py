@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dht.limits import MAX_INTERNAL_BODY
 from dht.model.log_limits import RateLimitedLog
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
@@ -38,9 +39,6 @@ ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
 log = logging.getLogger(__name__)
 
 _STREAM_BUFFER = 64 * 1024
-# The largest body of an internal request (an anti-entropy exchange, a membership step):
-# both are a few KiB of JSON.
-MAX_INTERNAL_BODY = 1024 * 1024
 
 
 class InternalApi:

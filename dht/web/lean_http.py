@@ -5,7 +5,7 @@ aiohttp's request handler costs a node ~25 µs of CPU a request (a request objec
 URL, header multidicts, a response object, a task switch), as much as all of a node's
 own work on a GET. A `LeanConnection` takes every HTTP connection first. While its
 requests are simple (HTTP/1.1, one of the routes' methods, a request target of URL
-characters, plain `name: value` headers, a body of at most `MAX_BODY` bytes announced by
+characters, plain `name: value` headers, a body of at most `LEAN_MAX_BODY` bytes announced by
 Content-Length, no Transfer-Encoding, Expect, Upgrade or Content-Encoding), it parses
 them itself and writes each answer with one call, its header block built once per kind
 of answer. The first request it does not take hands the connection, with every byte
@@ -15,7 +15,7 @@ lean parser (`dht.web.lean_parse`) takes is a subset of what llhttp takes
 (tests/fuzz/test_lean_http.py compares the two).
 
 Requests on one connection are answered one at a time, in order (pipelined ones wait
-in the buffer); reading pauses while more than `READ_LIMIT` bytes wait, and answering
+in the buffer); reading pauses while more than `LEAN_READ_LIMIT` bytes wait, and answering
 pauses while the socket's send buffer is full. A request is served once its body has
 come whole, and that body must keep the minimum rate (`BodyPace`) or the connection is
 answered 408 and closed; until then it holds no place in flight and none of the byte
@@ -40,14 +40,13 @@ import aiohttp
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
+from dht.limits import KEEPALIVE_TIMEOUT, LEAN_MAX_BODY, LEAN_READ_LIMIT
 from dht.web.admission import BodyPace
 from dht.web.lean_parse import (
-    MAX_BODY,
-    MAX_HEADER_BYTES,
-    HandOff,
     HeadScan,
     LeanParser,
     LeanRequest,
+    NotLean,
 )
 from dht.web.server import Answer, Reply, too_slow
 
@@ -55,10 +54,6 @@ log = logging.getLogger(__name__)
 
 # A body at least this large is written in a call of its own rather than copied once more.
 _JOIN_BELOW = 16 * 1024
-READ_LIMIT = 2 * (MAX_BODY + MAX_HEADER_BYTES)
-# An idle keep-alive connection is closed after this long (nginx's and Node's default;
-# aiohttp's handler, which takes the connections handed to it, keeps them 3630 s).
-KEEPALIVE_TIMEOUT = 75.0
 SERVER = f"Python/{sys.version_info[0]}.{sys.version_info[1]} aiohttp/{aiohttp.__version__}"
 
 Serve = Callable[[str, str, str, bytes], Coroutine[Any, Any, Answer]]
@@ -76,7 +71,7 @@ class LeanHttp:
         fallback: Callable[[], RequestHandler],
         max_line: int,
         pace: BodyPace,
-        max_body: int = MAX_BODY,
+        max_body: int = LEAN_MAX_BODY,
     ) -> None:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
         answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
@@ -259,8 +254,8 @@ class LeanConnection(asyncio.Protocol):
                 request = (
                     self._lean.parser.parse(self._buffer, self._scan) if self._buffer else None
                 )
-            except HandOff:
-                self._hand_off(transport)
+            except NotLean:
+                self._pass_to_aiohttp(transport)
                 return
             if request is None:
                 if self._eof:
@@ -311,17 +306,17 @@ class LeanConnection(asyncio.Protocol):
             self._pace_check = None
 
     def _flow(self, transport: asyncio.Transport | None) -> None:
-        """Reading pauses while more than READ_LIMIT bytes wait behind a request under
+        """Reading pauses while more than LEAN_READ_LIMIT bytes wait behind a request under
         way or a full send buffer. Otherwise it goes on: a head is bounded by `parse`'s
         limits, which hand it to aiohttp past them (found by review: a long request
         line paused reading before its end came, and waited for ever)."""
         if transport is None:
             return
         waiting = len(self._buffer) if self.busy or self._write_paused else 0
-        if not self._read_paused and waiting > READ_LIMIT:
+        if not self._read_paused and waiting > LEAN_READ_LIMIT:
             self._read_paused = True
             transport.pause_reading()
-        elif self._read_paused and waiting <= READ_LIMIT:
+        elif self._read_paused and waiting <= LEAN_READ_LIMIT:
             self._read_paused = False
             transport.resume_reading()
 
@@ -348,7 +343,7 @@ class LeanConnection(asyncio.Protocol):
             return
         self._next()
 
-    def _hand_off(self, transport: asyncio.Transport) -> None:
+    def _pass_to_aiohttp(self, transport: asyncio.Transport) -> None:
         """aiohttp's protocol takes the connection, and the bytes not yet answered."""
         self._lean.forget(self)
         self._lean.handed_off += 1

@@ -1,9 +1,9 @@
 """The lean HTTP path's parser (pure): the head of a simple request to one of the lean
-routes, or `HandOff` when the request is not one the lean path takes.
+routes, or `NotLean` when the request is not one the lean path takes.
 
 What it takes is a subset of what aiohttp's own parser (llhttp) takes, read alike:
 HTTP/1.1, one of the routes' methods, a request target of URL characters, plain
-`name: value` headers with one Host, and a body of at most `MAX_BODY` bytes announced
+`name: value` headers with one Host, and a body of at most `LEAN_MAX_BODY` bytes announced
 by Content-Length; no Transfer-Encoding, Expect, Upgrade, Content-Encoding or anything
 else llhttp reads its own way (tests/fuzz/test_lean_http.py compares the two). A head
 that cannot become one it takes is handed off at once, not waited for.
@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import re
 
-# A larger PUT goes to aiohttp, which admits it against the byte budget before reading it.
-MAX_BODY = 64 * 1024
-# Within aiohttp's limits (8190 bytes a field, 128 fields), so a request taken lean is
-# one aiohttp would take too.
-MAX_HEADER_BYTES = 8000
-MAX_HEADERS = 32
+from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
+
 # RFC 9112's request line with an origin-form target of RFC 3986's characters.
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*) HTTP/1\.1\r\n")
 # One header field: a token, a colon, a value of visible ASCII and inner spaces.
@@ -42,7 +38,7 @@ def _fields_so_far_fit(data: bytes | bytearray, scan: HeadScan) -> bool:
     """Whether the header fields of an unfinished head are, as far as they came, ones
     `parse` may take: a field llhttp refuses goes to aiohttp at once rather than waiting
     for the head's end. Each whole field is checked once (`scan.fields_from` moves past
-    it); the unfinished last one again with each read, which MAX_HEADER_BYTES bounds."""
+    it); the unfinished last one again with each read, which LEAN_MAX_HEADER_BYTES bounds."""
     start = scan.fields_from
     while (end := data.find(b"\r\n", start)) >= 0:
         if _HEADER.match(data, start, end + 2) is None:
@@ -79,7 +75,7 @@ _SINGLETONS = frozenset(
 )
 
 
-class HandOff(Exception):
+class NotLean(Exception):
     """The request at the buffer's start is not one the lean path takes."""
 
 
@@ -123,7 +119,7 @@ class LeanParser:
     """Parses the heads of requests to `routes` (path -> the methods taken lean)."""
 
     def __init__(
-        self, routes: dict[str, set[str]], max_line: int, max_body: int = MAX_BODY
+        self, routes: dict[str, set[str]], max_line: int, max_body: int = LEAN_MAX_BODY
     ) -> None:
         """`max_line`: aiohttp's limit of a request target (a request line as long goes
         to aiohttp); `max_body`: the largest body taken lean (a larger one goes to aiohttp,
@@ -132,11 +128,11 @@ class LeanParser:
             f"{method} {path}?".encode() for path, methods in routes.items() for method in methods
         )
         self._max_line = max_line
-        self._max_body = min(max_body, MAX_BODY)
+        self._max_body = min(max_body, LEAN_MAX_BODY)
 
     def parse(self, data: bytes | bytearray, scan: HeadScan | None = None) -> LeanRequest | None:
         """The request whose head is at the start of `data`; None while its head is not
-        whole and it may still be one the lean path takes; raises HandOff when it is not.
+        whole and it may still be one the lean path takes; raises NotLean when it is not.
         `scan` carries what earlier calls found of the same head as `data` grew (given
         back restarted once a request is taken); without one, `data` is checked whole."""
         if scan is None:
@@ -147,28 +143,30 @@ class LeanParser:
         line_end = scan.line_end
         head_end = data.find(b"\r\n\r\n", max(line_end, scan.checked - 3))
         if head_end < 0:
-            if len(data) - 3 - line_end > MAX_HEADER_BYTES or not _fields_so_far_fit(data, scan):
-                raise HandOff  # too long, or a field llhttp refuses (found by review)
+            if len(data) - 3 - line_end > LEAN_MAX_HEADER_BYTES or not _fields_so_far_fit(
+                data, scan
+            ):
+                raise NotLean  # too long, or a field llhttp refuses (found by review)
             scan.checked = len(data)
             return None
-        if head_end - line_end > MAX_HEADER_BYTES:
-            raise HandOff
+        if head_end - line_end > LEAN_MAX_HEADER_BYTES:
+            raise NotLean
         request = self._request(data, line_end, head_end)
         scan.restart()
         return request
 
     def _line_so_far_fits(self, data: bytes | bytearray, scan: HeadScan) -> bool:
         """Whether the request line has come whole (and fits: `scan.line_end` is set);
-        False while it may still become one `parse` takes; HandOff when it cannot."""
+        False while it may still become one `parse` takes; NotLean when it cannot."""
         if not data.startswith(self._prefixes):
             if any(prefix.startswith(data) for prefix in self._prefixes):
                 return False  # a prefix of one: wait for more
-            raise HandOff
+            raise NotLean
         line_end = data.find(b"\r\n", max(scan.checked - 1, 0))
         if line_end < 0:
             # A bare LF ends lines for no one here: llhttp answers it 400 at once.
             if len(data) > self._max_line:
-                raise HandOff
+                raise NotLean
             if scan.target and _TARGET.fullmatch(data, scan.checked):
                 pass  # more of the target: only the new bytes are checked
             elif _UNFINISHED_TARGET.fullmatch(data):
@@ -176,18 +174,18 @@ class LeanParser:
             elif _PARTIAL_LINE.fullmatch(data):
                 scan.target = False  # in " HTTP/1.1": a few more bytes at most
             else:
-                raise HandOff
+                raise NotLean
             scan.checked = len(data)
             return False
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
         if line is None or line.end() != line_end + 2 or line_end >= self._max_line:
-            raise HandOff
+            raise NotLean
         scan.line_end = line_end
         scan.checked = scan.fields_from = line_end + 2
         return True
 
     def _request(self, data: bytes | bytearray, line_end: int, head_end: int) -> LeanRequest:
-        """The request of a whole head, or HandOff."""
+        """The request of a whole head, or NotLean."""
         length: int | None = None
         keep_alive = True
         position = line_end + 2
@@ -196,37 +194,37 @@ class LeanParser:
         while position < head_end + 2:
             field = _HEADER.match(data, position, head_end + 2)
             fields += 1
-            if field is None or fields > MAX_HEADERS:
-                raise HandOff
+            if field is None or fields > LEAN_MAX_HEADERS:
+                raise NotLean
             position = field.end()
             name = field.group(1).lower()
             if name in _SINGLETONS:
                 if name in singletons:
-                    raise HandOff  # llhttp refuses it
+                    raise NotLean  # llhttp refuses it
                 singletons.append(name)
             if name == b"content-length":
                 value = field.group(2)
                 if length is not None or not value.isdigit() or len(value) > 9:
-                    raise HandOff
+                    raise NotLean
                 length = int(value)
             elif name == b"connection":
                 token = field.group(2).lower()
                 if token == b"close":
                     keep_alive = False
                 elif token != b"keep-alive":
-                    raise HandOff
+                    raise NotLean
             elif name in _NOT_LEAN:
-                raise HandOff
+                raise NotLean
         if b"host" not in singletons:
-            raise HandOff  # aiohttp refuses an HTTP/1.1 request without one
+            raise NotLean  # aiohttp refuses an HTTP/1.1 request without one
         line = _REQUEST_LINE.match(data, 0, line_end + 2)
         assert line is not None  # checked as the line came
         method = line.group(1).decode()
         if method == "PUT":
             if length is None or length > self._max_body:
-                raise HandOff  # chunked, or large: admitted before it is read
+                raise NotLean  # chunked, or large: admitted before it is read
         elif length:
-            raise HandOff  # a GET or DELETE with a body
+            raise NotLean  # a GET or DELETE with a body
         # The prefix ended with the path's "?": this is the path of one of the routes.
         path, _, query = bytes(line.group(2)).decode().partition("?")
         return LeanRequest(method, path, query, length or 0, keep_alive, head_end + 4)

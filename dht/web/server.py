@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from dht.model.keys import query_params
-from dht.web.admission import BodyTooSlow
+from dht.web.admission import BodyTooSlow, ClientRequestError
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +108,30 @@ async def start_stream(request: web.BaseRequest, content_type: str) -> web.Strea
     return response
 
 
-class BadRequest(Exception):
+class BadRequest(ClientRequestError):
     """The request is malformed; the message is the reason sent back with 400."""
 
+    status = 400
 
-class PayloadTooLarge(Exception):
+
+class PayloadTooLarge(ClientRequestError):
     """The body is over the node's limit; the message is the reason sent back with 413."""
 
+    status = 413
 
-class Refused(Exception):
+
+class Refused(ClientRequestError):
     """The request is answered `reply` before its body is read (over the byte budget)."""
 
     def __init__(self, reply: Reply) -> None:
         super().__init__(reply.body)
         self.reply = reply
+        self.status = reply.status
 
 
 def too_slow(exc: BodyTooSlow) -> Reply:
     """A body cut for falling behind the minimum rate: 408, and the connection closes."""
-    return Reply(408, f"Request Timeout: {exc}\n".encode(), TEXT_PLAIN, close=True)
+    return Reply(exc.status, f"Request Timeout: {exc}\n".encode(), TEXT_PLAIN, close=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,10 +252,10 @@ class HttpServer:
                 self.in_flight -= 1
                 body.release()  # unless the handler took what it held
         except BadRequest as exc:
-            return plain(400, f"Bad Request: {exc}")
+            return plain(exc.status, f"Bad Request: {exc}")
         except (PayloadTooLarge, web.HTTPRequestEntityTooLarge) as exc:
             reason = exc if isinstance(exc, PayloadTooLarge) else "body over the size limit"
-            return plain(413, f"Payload Too Large: {reason}")
+            return plain(PayloadTooLarge.status, f"Payload Too Large: {reason}")
         except Refused as exc:
             return exc.reply
         except BodyTooSlow as exc:

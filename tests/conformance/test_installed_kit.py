@@ -91,13 +91,6 @@ COUNTED = ("stable", "lost", "stale", "never read", "undone", "invented", "indet
 FAILING = ("lost", "stale", "undone", "invented")
 # `| faults-kill-20261126-090000-42 | 40 | 0 | ... |`
 COUNTS_ROW = re.compile(r"^\| (faults-[a-z-]+?)-\d{8}-[^|]*((?:\| \d+ )+)\|$", re.MULTILINE)
-FAULT_RULES = {
-    "faults-kill": "14.1",
-    "faults-pause": "14.2",
-    "faults-crash-restart": "14.3",
-    "faults-slow-links": "14.4",
-    "faults-cut-links": "14.5",
-}
 
 
 def scenario_counts(report: str) -> dict[str, dict[str, int]]:
@@ -158,31 +151,18 @@ def test_the_installed_kit_finds_the_naive_implementation_never_heals_a_replica(
     installed_kit: InstalledKit,
 ) -> None:
     """The second implementation (tests/naive: no repair, no hints) fails convergence
-    for its real reason, with its plot; each faults scenario's history is judged and
-    counted, and a scenario whose history lost, read stale, undid or invented fails its
-    rule (whether a short run loses anything is up to timing: a quorum hides most of
-    what the design leaves behind)."""
+    for its real reason, with its plot. (How the kit judges the naive node's fault
+    histories is tests/naive's to check, from the source tree: the installed path is the
+    same code.)"""
     naive = REPOSITORY / "tests" / "naive" / "node.py"
     python = installed_kit.venv / "bin" / "python"
     command = f"{python} {naive} --port {{port}} --data-dir {{data_dir}} --cluster {{cluster}}"
     run = installed_kit.run(
-        "--tiers", "faults,convergence", "--quick", "--out", "naive", "--node-command", command
+        "--tiers", "convergence", "--quick", "--out", "naive", "--node-command", command
     )
     assert run.returncode == 1, run.stdout + run.stderr
     text = (installed_kit.workdir / "naive" / "report.md").read_text()
     assert "| convergence | fails | 0 | 1 | 1 |" in text, text
-    rows = scenario_counts(text)
-    assert {"faults-kill", "faults-pause", "faults-crash-restart"} <= set(rows), text
-    failed_rules = {line.split("**")[1] for line in text.splitlines() if line.startswith("- [**")}
-    for scenario, rule in FAULT_RULES.items():
-        if scenario in rows and any(rows[scenario][kind] for kind in FAILING):
-            assert rule in failed_rules, (scenario, rows[scenario], text)
-    # The report's second line says the same as the rows (convergence's is not graded).
-    faulty = any(
-        rows[name][kind] for name in rows if name.startswith("faults-") for kind in FAILING
-    )
-    data_verdict = "**Yes**" if faulty else "**None found**"
-    assert f"**Loses, undoes or invents data under faults?** {data_verdict}" in text, text
     (line,) = [line for line in text.splitlines() if line.startswith("- [**15.1**]")]
     assert "writes acknowledged while node3 was down are not on it" in line, line
     assert re.search(r"!\[[^]]*\]\(runs/convergence-[^)]+/plot\.png\)", text), text

@@ -196,8 +196,8 @@ def _get(url: str, key: str, replicas: str = "") -> Response:
 def test_a_value_put_through_one_container_is_read_through_another(
     cluster: ComposeCluster,
 ) -> None:
-    assert _put(cluster.url("dht-1"), "across", b"containers", "&ack=3&from=3").status == 201
-    answer = _get(cluster.url("dht-3"), "across", "&ack=3&from=3")
+    assert _put(cluster.url("dht-1"), "across", b"containers", "&replicas=3/3").status == 201
+    answer = _get(cluster.url("dht-3"), "across", "&replicas=3/3")
     assert (answer.status, answer.body) == (200, b"containers")
 
 
@@ -225,7 +225,7 @@ def test_sigterm_stops_a_container_cleanly_and_two_of_three_still_take_writes(
     finishes its requests, closes LevelDB, logs that it stopped and exits 0, well
     before podman's 10 s would have killed it (137). Started again, it finds the
     records it held on its own volume."""
-    assert _put(cluster.url("dht-2"), "before-stop", b"kept", "&ack=3&from=3").status == 201
+    assert _put(cluster.url("dht-2"), "before-stop", b"kept", "&replicas=3/3").status == 201
     name = cluster.container("dht-2")
     stopped = _podman("stop", "--time", "10", name)
     assert stopped.returncode == 0, stopped.stderr
@@ -234,8 +234,8 @@ def test_sigterm_stops_a_container_cleanly_and_two_of_three_still_take_writes(
     logs = _podman("logs", name)
     assert "dht.node: stopped; " in logs.stdout + logs.stderr, logs.stderr[-2000:]
 
-    assert _put(cluster.url("dht-1"), "two-of-three", b"ok", "&ack=2&from=3").status == 201
-    answer = _get(cluster.url("dht-3"), "two-of-three", "&ack=2&from=3")
+    assert _put(cluster.url("dht-1"), "two-of-three", b"ok", "&replicas=2/3").status == 201
+    answer = _get(cluster.url("dht-3"), "two-of-three", "&replicas=2/3")
     assert (answer.status, answer.body) == (200, b"ok")
 
     started = _podman("start", name)
@@ -252,8 +252,8 @@ def test_the_tls_compose_file_puts_tls_between_the_containers(
     for url in tls_cluster.urls:
         status = json.loads(request("GET", f"{url}/v0/status").body)
         assert status["tls"]["enabled"] is True, (url, status["tls"])
-    assert _put(tls_cluster.urls[0], "sealed", b"between nodes", "&ack=3&from=3").status == 201
-    answer = _get(tls_cluster.urls[2], "sealed", "&ack=3&from=3")
+    assert _put(tls_cluster.urls[0], "sealed", b"between nodes", "&replicas=3/3").status == 201
+    answer = _get(tls_cluster.urls[2], "sealed", "&replicas=3/3")
     assert (answer.status, answer.body) == (200, b"between nodes")
     for url in tls_cluster.urls:
         assert json.loads(request("GET", f"{url}/v0/status").body)["tls"]["refused"] == {}

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from dht.conformance.http_client import excerpt
+from dht.limits import FRAGMENT_BYTES
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.transport.messages import Event, GetRecord, PutRecord, Request
-from dht.transport.protocol import FRAGMENT_BYTES, PREFACE, ReplicaCodec, Role
+from dht.transport.protocol import PREFACE, ReplicaCodec, Role
 
 # Bytes of a mutation or a cut that land in a frame's first bytes (the preface, length,
 # op and call id) one time in two: that is where a byte changes the most.

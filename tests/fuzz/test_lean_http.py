@@ -7,7 +7,7 @@ Transfer-Encoding, Connection, Expect, Content-Encoding, Host and the like, dupl
 with odd whitespace, obs-fold, bare LF, NUL and high bytes, HTTP/1.0 and 1.1, bodies,
 request lines and header blocks at the lean parser's limits), then mutated (bytes
 flipped, inserted and deleted, cut short, a second request behind the first).
-Whatever the bytes, `LeanParser.parse` raises nothing but `HandOff` and returns at once.
+Whatever the bytes, `LeanParser.parse` raises nothing but `NotLean` and returns at once.
 Whenever it takes a request, llhttp, made as aiohttp's web server makes it for a node,
 parses the same bytes into exactly one message with the same method, target, body and
 keep-alive decision, neither upgraded, chunked nor compressed; every proper prefix of
@@ -46,15 +46,8 @@ from hypothesis import strategies as st
 
 from dht.config import NodeConfig, request_line_limit
 from dht.conformance.fuzz.budget import raw_request_settings
-from dht.web.lean_parse import (
-    MAX_BODY,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
-    HandOff,
-    HeadScan,
-    LeanParser,
-    LeanRequest,
-)
+from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
+from dht.web.lean_parse import HeadScan, LeanParser, LeanRequest, NotLean
 
 # A node's limit of a request line, the lean parser's and aiohttp's (dht/node.py).
 MAX_LINE = request_line_limit(NodeConfig.max_key_bytes)
@@ -74,11 +67,11 @@ Outcome = LeanRequest | Literal["wait", "hand off"]
 
 
 def lean(data: bytes) -> Outcome:
-    """What the lean parser makes of `data`; any exception but HandOff goes through."""
+    """What the lean parser makes of `data`; any exception but NotLean goes through."""
     start = time.perf_counter()
     try:
         request = LEAN.parse(data)
-    except HandOff:
+    except NotLean:
         outcome: Outcome = "hand off"
     else:
         outcome = "wait" if request is None else request
@@ -426,7 +419,7 @@ def fields(draw: st.DrawFn) -> Field:
 
 bodies = _mostly(
     st.binary(max_size=40),
-    st.integers(MAX_BODY - 2, MAX_BODY + 2).map(lambda size: b"b" * size),
+    st.integers(LEAN_MAX_BODY - 2, LEAN_MAX_BODY + 2).map(lambda size: b"b" * size),
     one_in=16,
 )
 
@@ -435,7 +428,7 @@ bodies = _mostly(
 # targets are padded to, or a field added (one time in 15 and 10).
 line_lengths = _mostly(st.none(), st.integers(MAX_LINE - 2, MAX_LINE), one_in=15)
 head_lengths = _mostly(
-    st.none(), st.integers(MAX_HEADER_BYTES - 3, MAX_HEADER_BYTES + 1), one_in=10
+    st.none(), st.integers(LEAN_MAX_HEADER_BYTES - 3, LEAN_MAX_HEADER_BYTES + 1), one_in=10
 )
 
 
@@ -452,7 +445,9 @@ def requests(draw: st.DrawFn) -> Request:
         )
     if draw(st.integers(1, 8)) < 8:
         chosen.insert(draw(st.integers(0, len(chosen))), HOST)
-    many = draw(_mostly(st.just(0), st.integers(MAX_HEADERS - 3, MAX_HEADERS + 1), one_in=12))
+    many = draw(
+        _mostly(st.just(0), st.integers(LEAN_MAX_HEADERS - 3, LEAN_MAX_HEADERS + 1), one_in=12)
+    )
     chosen += [Field(b"X-Field-%d" % number, b": ", b"v", b"\r\n") for number in range(many)]
     return Request(
         method=method,
@@ -473,7 +468,7 @@ def plain_requests(draw: st.DrawFn, at_the_limits: bool = True) -> Request:
     no two fields of a name, plain values; the lean parser takes every one but, if
     `at_the_limits`, some that are one byte over them."""
     method = draw(st.sampled_from([b"GET", b"PUT", b"DELETE"]))
-    body = draw(bodies)[:MAX_BODY] if method == b"PUT" else b""
+    body = draw(bodies)[:LEAN_MAX_BODY] if method == b"PUT" else b""
     separator = draw(st.sampled_from([b": ", b":", b":\t", b":  ", b": \t"]))
     end = draw(st.sampled_from([b"\r\n", b"\r\n", b" \r\n", b"\t\r\n"]))
     others = draw(
@@ -561,7 +556,7 @@ def assert_a_slow_sender_gets_the_same(data: bytes, pieces: list[int]) -> None:
         buffer += data[len(buffer) : cut]
         try:
             request = LEAN.parse(buffer, scan)
-        except HandOff:
+        except NotLean:
             piecewise: Outcome = "hand off"
         else:
             piecewise = "wait" if request is None else request
@@ -591,7 +586,7 @@ def test_what_the_lean_parser_takes_llhttp_takes_alike(
     event(outcome if isinstance(outcome, str) else f"taken: {outcome.method}")
     if isinstance(outcome, LeanRequest):
         assert 0 < outcome.head_size <= len(data)
-        assert 0 <= outcome.length <= MAX_BODY
+        assert 0 <= outcome.length <= LEAN_MAX_BODY
         # The request's bytes, its body made whole if it is not (any bytes will do).
         whole = data[: whole_size(outcome)]
         whole += b"\x00" * (whole_size(outcome) - len(whole))
@@ -747,7 +742,7 @@ def _at_the_line_limit() -> bytes:
 def _at_the_header_limit() -> bytes:
     line = b"GET /v0/entity?id=1 HTTP/1.1\r\n"
     fields = b"Host: h\r\nX-Pad: "
-    fields += b"p" * (MAX_HEADER_BYTES - len(fields) - 2) + b"\r\n"
+    fields += b"p" * (LEAN_MAX_HEADER_BYTES - len(fields) - 2) + b"\r\n"
     return line + fields + b"\r\n"
 
 
@@ -755,7 +750,7 @@ def _at_the_header_limit() -> bytes:
     "whole",
     [
         pytest.param(_at_the_line_limit(), id="request-line-of-max_line-1-bytes"),
-        pytest.param(_at_the_header_limit(), id="header-block-of-MAX_HEADER_BYTES"),
+        pytest.param(_at_the_header_limit(), id="header-block-of-LEAN_MAX_HEADER_BYTES"),
     ],
 )
 def test_a_request_at_the_limits_is_waited_for_in_every_prefix(whole: bytes) -> None:
@@ -809,7 +804,7 @@ def test_the_prefix_check_catches_a_planted_hand_off_or_early_request(
 
     def hands_off_at_ten(data: bytes) -> LeanRequest | None:
         if len(data) == 10:
-            raise HandOff
+            raise NotLean
         return parse(data)
 
     monkeypatch.setattr(LEAN, "parse", hands_off_at_ten)

@@ -15,8 +15,9 @@ from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.http_client import HOST, request, wait_for
 from dht.conformance.launcher import Node
 from dht.conformance.rules import rule
+from dht.limits import FRAGMENT_BYTES
 from dht.transport.messages import Op, RecordAbsent
-from dht.transport.protocol import FRAGMENT_BYTES, PREFACE
+from dht.transport.protocol import PREFACE
 
 pytestmark = pytest.mark.dht
 

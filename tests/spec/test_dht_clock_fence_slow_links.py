@@ -14,7 +14,7 @@ import pytest
 from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.http_client import HOST, expect, wait_for
 from dht.conformance.rules import rule
-from dht.replication.fence import FIRST_CHECK_SECONDS
+from dht.limits import FIRST_CHECK_SECONDS
 from dht.testbed.toxiproxy import free_ports
 
 pytestmark = pytest.mark.dht

@@ -15,10 +15,11 @@ from dht.conformance.http_client import HOST, request
 from dht.conformance.launcher import Node, free_ports
 from dht.conformance.peer_tools import peer_hello, proof_header, replica_call
 from dht.conformance.rules import rule
+from dht.limits import REQUEST_WINDOW_MS
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
 from dht.transport.messages import PutRecord, RecordAbsent, RecordFound, Refused, Stored
-from dht.transport.proof import REQUEST_WINDOW_MS, new_nonce, request_proof
+from dht.transport.proof import new_nonce, request_proof
 from dht.transport.wire import PROOF_HEADER, RING_HEADER
 
 pytestmark = pytest.mark.dht

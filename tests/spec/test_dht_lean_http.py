@@ -37,7 +37,7 @@ pytestmark = pytest.mark.dht
 DEADLINE = 10.0  # seconds a whole answer may take
 MAX_VALUE = 1024  # --max-value-bytes of the `small` pair
 MAX_KEY = 100  # --max-key-bytes of the `small` pair
-LEAN_MAX_BODY = 64 * 1024  # dht.web.lean_http.MAX_BODY: a larger PUT goes to aiohttp
+LEAN_MAX_BODY = 64 * 1024  # dht.limits.LEAN_MAX_BODY: a larger PUT goes to aiohttp
 PROBE_KEY = "lean-probe"  # never written: a GET of it answers 404
 PROBE = f"GET /v0/entity?id={PROBE_KEY} HTTP/1.1\r\nHost: dht\r\n\r\n".encode()
 

@@ -189,8 +189,8 @@ def test_a_request_line_past_the_read_limit_arriving_in_pieces_is_answered(
 ) -> None:
     """A key of exactly --max-key-bytes whose bytes are all percent-encoded makes a
     request line of 196 KB: within aiohttp's limit (3 x max-key-bytes + 1 KiB), but over
-    the lean path's READ_LIMIT (147 KB). While the line is not whole the lean connection
-    pauses reading at READ_LIMIT, and nothing ever resumes it: the request is neither
+    the lean path's LEAN_READ_LIMIT (147 KB). While the line is not whole the lean connection
+    pauses reading at LEAN_READ_LIMIT, and nothing ever resumes it: the request is neither
     answered nor handed off until the idle sweep closes the connection (75-90 s)."""
     target = "/v0/entity?id=" + "%FF" * MAX_KEY
     got = {

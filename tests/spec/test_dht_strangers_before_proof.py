@@ -17,8 +17,8 @@ from dht.conformance.http_client import HOST, request
 from dht.conformance.launcher import Cluster
 from dht.conformance.peer_tools import proof_header
 from dht.conformance.rules import rule
+from dht.limits import HANDSHAKE_DEADLINE
 from dht.testbed.certificates import LocalCA
-from dht.transport.handshakes import HANDSHAKE_DEADLINE
 
 pytestmark = pytest.mark.dht
 

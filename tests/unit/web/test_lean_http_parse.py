@@ -21,17 +21,11 @@ from aiohttp.http_parser import HttpResponseParserPy, RawResponseMessage
 from aiohttp.web_protocol import RequestHandler
 
 from dht.config import NodeConfig, request_line_limit
+from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
 from dht.web import lean_http
 from dht.web.admission import BodyPace
 from dht.web.lean_http import SERVER, LeanHttp
-from dht.web.lean_parse import (
-    MAX_BODY,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
-    HandOff,
-    LeanParser,
-    LeanRequest,
-)
+from dht.web.lean_parse import LeanParser, LeanRequest, NotLean
 from dht.web.server import Answer, Reply
 
 # A node's: a key percent-encoded in the request line, and the rest (dht/node.py).
@@ -129,16 +123,16 @@ def test_odd_but_valid_whitespace_is_taken() -> None:
 
 def test_the_limits_themselves_are_taken() -> None:
     """The other side of the hand-offs at the limits below."""
-    put = b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % MAX_BODY
-    assert taken(put).length == MAX_BODY
+    put = b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % LEAN_MAX_BODY
+    assert taken(put).length == LEAN_MAX_BODY
     line = b"GET /v0/entity?id=" + b"k" * (MAX_LINE - 1 - len(b"GET /v0/entity?id= HTTP/1.1"))
     head = line + b" HTTP/1.1\r\nHost: h\r\n\r\n"
     assert head.index(b"\r\n") == MAX_LINE - 1
     assert taken(head).head_size == len(head)
-    assert taken(get(HOST, *[b"X-%d: v" % number for number in range(MAX_HEADERS - 1)]))
-    pad = b"X-Pad: " + b"p" * (MAX_HEADER_BYTES - len(b"Host: h\r\nX-Pad: \r\n"))
+    assert taken(get(HOST, *[b"X-%d: v" % number for number in range(LEAN_MAX_HEADERS - 1)]))
+    pad = b"X-Pad: " + b"p" * (LEAN_MAX_HEADER_BYTES - len(b"Host: h\r\nX-Pad: \r\n"))
     head = get(b"Host: h", pad)
-    assert head.index(b"\r\n\r\n") - head.index(b"\r\n") == MAX_HEADER_BYTES
+    assert head.index(b"\r\n\r\n") - head.index(b"\r\n") == LEAN_MAX_HEADER_BYTES
     assert taken(head).head_size == len(head)
 
 
@@ -160,7 +154,7 @@ HAND_OFFS = {
     "absolute-form": b"GET http://127.0.0.1:8000/v0/entity?id=k HTTP/1.1\r\nHost: h\r\n\r\n",
     "put-without-length": b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\n\r\n",
     "put-above-max-body": b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n"
-    % (MAX_BODY + 1),
+    % (LEAN_MAX_BODY + 1),
     "put-length-of-ten-digits": b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\n"
     b"Content-Length: 0000000001\r\n\r\nv",
     "put-signed-length": b"PUT /v0/entity?id=k HTTP/1.1\r\nHost: h\r\nContent-Length: +1\r\n\r\nv",
@@ -173,12 +167,12 @@ HAND_OFFS = {
     + b"k" * (MAX_LINE - len(b"GET /v0/entity?id= HTTP/1.1"))
     + b" HTTP/1.1\r\nHost: h\r\n\r\n",
     "request-line-at-max_line-unfinished": b"GET /v0/entity?id=" + b"k" * MAX_LINE,
-    "too-many-headers": get(HOST, *[b"X-%d: v" % number for number in range(MAX_HEADERS)]),
+    "too-many-headers": get(HOST, *[b"X-%d: v" % number for number in range(LEAN_MAX_HEADERS)]),
     "header-block-above-its-limit": get(
-        b"Host: h", b"X-Pad: " + b"p" * (MAX_HEADER_BYTES + 1 - len(b"Host: h\r\nX-Pad: \r\n"))
+        b"Host: h", b"X-Pad: " + b"p" * (LEAN_MAX_HEADER_BYTES + 1 - len(b"Host: h\r\nX-Pad: \r\n"))
     ),
     "header-block-above-its-limit-unfinished": b"GET /v0/entity?id=k HTTP/1.1\r\nX: "
-    + b"p" * MAX_HEADER_BYTES,
+    + b"p" * LEAN_MAX_HEADER_BYTES,
     "header-without-colon": get(HOST, b"X-No-Colon"),
     "space-before-colon": get(HOST, b"X-Space : v"),
     "obs-fold": get(HOST, b"X-Folded: a", b" b"),
@@ -199,7 +193,7 @@ HAND_OFFS = {
 
 @pytest.mark.parametrize("data", list(HAND_OFFS.values()), ids=list(HAND_OFFS))
 def test_what_the_lean_path_does_not_take_is_handed_off(data: bytes) -> None:
-    with pytest.raises(HandOff):
+    with pytest.raises(NotLean):
         PARSER.parse(data)
 
 

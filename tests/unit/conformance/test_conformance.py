@@ -21,7 +21,7 @@ from dht.conformance.report import (
 )
 from dht.conformance.spec import TIERS, Rule, load_rules, read_rules, summarize, tier_of
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 SPEC = """\
 # Part one

@@ -8,9 +8,10 @@ import asyncio
 import threading
 from pathlib import Path
 
+from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest
 from dht.model.record import Record
-from dht.storage.store import LARGE_WRITE, Storage
+from dht.storage.store import Storage
 
 LARGE = b"L" * LARGE_WRITE
 SMALL = b"s"

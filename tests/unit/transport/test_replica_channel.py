@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from dht.limits import FRAGMENT_BYTES
 from dht.model.record import Record
 from dht.transport.channel import ClientConnection, PeerError
 from dht.transport.messages import (
@@ -17,7 +18,7 @@ from dht.transport.messages import (
     PutRecord,
     Request,
 )
-from dht.transport.protocol import FRAGMENT_BYTES, ReplicaCodec, Role
+from dht.transport.protocol import ReplicaCodec, Role
 from dht.web.admission import ByteBudget
 
 LIMIT = 1 << 24

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from dht.coordination.coordinator import RESTAMPS, Coordinator, Status
+from dht.coordination.coordinator import Coordinator, Status
+from dht.limits import RESTAMPS
 from dht.model.clock import HybridClock, version_at
 from dht.model.record import Record
 from dht.storage.store import Storage

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from dht.config import NodeConfig
+from dht.limits import FRAGMENT_BYTES, SLOWEST_TRANSFER
 from dht.model.record import Record
 from dht.transport.channel import OnAnswer
 from dht.transport.messages import Answer, Failed, RecordFound, Request, Stored, Why
-from dht.transport.peer_call import SLOWEST_TRANSFER, transfer_time
+from dht.transport.peer_call import transfer_time
 from dht.transport.peers import Peer, PeerError
-from dht.transport.protocol import FRAGMENT_BYTES
 
 TIMEOUT = 0.2
 SLACK = 0.15  # timers firing late on a loaded machine

@@ -1,4 +1,4 @@
-"""Review of the group commit (issue 40): races between the writer thread's batches and
+"""The group commit's races between the writer thread's batches and
 what the loop builds from the disk, and batches that fail, with real LevelDB in a
 temporary folder and the batch write wrapped (never LevelDB itself faked)."""
 
@@ -56,7 +56,7 @@ def first_batch_fails(storage: Storage) -> threading.Event:
 
 
 async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Storage) -> None:
-    """A membership step builds fresh trees (`Node._repair_loops`): a snapshot of the
+    """A membership step builds fresh trees (`RepairLoops.renew`): a snapshot of the
     digest index, then `on_change` hooked, in one loop turn. A batch the writer thread
     has written but whose landing the loop has not run yet is in the snapshot, and its
     change reaches the trees again when it lands: counted twice, the tree of each peer

@@ -12,9 +12,11 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
+from dht.config import NodeConfig
 from dht.coordination.coordinator import Coordinator, Status
 from dht.model.clock import HybridClock
 from dht.replication.hints import HintStore
+from dht.replication.hints import hint_max_age as hint_max_age_of
 from dht.storage.disk import DiskSpace
 from dht.storage.store import Storage
 from dht.transport.peers import PeerError
@@ -78,3 +80,26 @@ async def test_a_hint_made_at_the_calls_deadline_is_as_old_as_its_write(tmp_path
         assert hints.expired(hint), f"the hint lives {DEADLINE_MS} ms past half the grace"
     finally:
         storage.close()
+
+
+def test_a_hint_is_kept_at_most_half_of_the_tombstone_grace(tmp_path: Path) -> None:
+    """SPEC.md rule 9.6: a hint delivered after every node collected the tombstone that
+    replaced its record would bring the record back, so `--hint-max-age` is cut to half
+    of `--tombstone-grace` (the other half covers clocks that disagree). Moved out of
+    dht/node.py with no test of its own until this one."""
+
+    def kept(hint_max_age: float, tombstone_grace: float) -> float:
+        config = NodeConfig(
+            port=1,
+            data_dir=tmp_path,
+            cluster=(SELF,),
+            self_url=SELF,
+            hint_max_age=hint_max_age,
+            tombstone_grace=tombstone_grace,
+        )
+        return hint_max_age_of(config)
+
+    assert kept(10.0, 100.0) == 10.0
+    assert kept(50.0, 100.0) == 50.0
+    assert kept(51.0, 100.0) == 50.0
+    assert kept(NodeConfig.hint_max_age, 1.0) == 0.5

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dht.storage.disk import RESUME_MARGIN, DiskFull, DiskSpace
+from dht.limits import RESUME_MARGIN
+from dht.storage.disk import DiskFull, DiskSpace
 
 MiB = 1024 * 1024
 RESERVE = 32 * MiB

@@ -12,7 +12,7 @@ from dht.command_line.parser import build_parser
 from dht.config import node_settings
 from dht.testbed.node_processes import passed_settings
 
-OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
+OPERATING = Path(__file__).resolve().parents[3] / "docs" / "operating.md"
 
 
 def operating_flags_table() -> str:

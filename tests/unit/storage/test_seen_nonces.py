@@ -7,15 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dht.limits import REQUEST_WINDOW_MS
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
-from dht.transport.proof import (
-    REQUEST_WINDOW_MS,
-    SeenNonces,
-    check_request,
-    new_nonce,
-    request_proof,
-)
+from dht.transport.proof import SeenNonces, check_request, new_nonce, request_proof
 
 SECRET = "s3cret"
 NOW = 1_700_000_000_000

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dht.limits import FRAGMENT_BYTES, HANDSHAKE_BYTES
 from dht.model.record import Record, encode_header
 from dht.transport.messages import (
     PROTOCOL_VERSION,
@@ -29,14 +30,7 @@ from dht.transport.messages import (
     Welcome,
     Why,
 )
-from dht.transport.protocol import (
-    FRAGMENT_BYTES,
-    HANDSHAKE_BYTES,
-    PREFACE,
-    Frame,
-    ReplicaCodec,
-    Role,
-)
+from dht.transport.protocol import PREFACE, Frame, ReplicaCodec, Role
 
 LIMIT = 1 << 20
 HELLO = Hello(PROTOCOL_VERSION, "http://127.0.0.1:8080", "0123456789abcdef", b"n" * 16)

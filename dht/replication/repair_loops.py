@@ -1,0 +1,86 @@
+"""Which repair loops run when: anti-entropy and tombstone collection run only while the
+membership is stable, over the current ring, with Merkle trees loaded from a snapshot
+taken as they are made. Between two rings a tree shared with a peer has no meaning, and
+a tombstone collected then could let a handed-off value come back; so a membership step
+stops them, and the step that makes the membership stable again makes fresh ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dht.config import NodeConfig
+from dht.model.clock import HybridClock
+from dht.model.merkle import MerkleTrees
+from dht.model.topology import STABLE
+from dht.replication.anti_entropy import AntiEntropy
+from dht.replication.collector import Collector
+from dht.storage.membership import Membership
+from dht.storage.store import Storage
+from dht.transport.peers import Peers
+
+# What answers a peer's anti-entropy exchange (a request to this node), or None while
+# there is no tree to answer from. The HTTP layer above holds it: it is passed in.
+ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class RepairLoops:
+    def __init__(
+        self,
+        config: NodeConfig,
+        storage: Storage,
+        membership: Membership,
+        peers: Peers,
+        clock: HybridClock,
+        answer_exchanges: Callable[[ExchangeAnswerer | None], None],
+    ) -> None:
+        self._config = config
+        self._storage = storage
+        self._membership = membership
+        self._peers = peers
+        self._clock = clock
+        self._answer_exchanges = answer_exchanges
+        self.anti_entropy, self.collector = self._made()
+
+    def _made(self) -> tuple[AntiEntropy, Collector]:
+        """Anti-entropy and tombstone collection over the current ring, with Merkle trees
+        loaded from a snapshot taken now; hooked to storage and to the exchanges only
+        while the membership is stable."""
+        trees = MerkleTrees(self._membership.topology.current, self._config.self_url)
+        anti_entropy = AntiEntropy(
+            self._config.self_url,
+            self._storage,
+            trees,
+            self._peers,
+            self._clock,
+            self._config.anti_entropy_interval,
+            self._config.anti_entropy_rate,
+            self._config.tombstone_grace,
+            self._config.max_clock_drift,
+        )
+        collector = Collector(
+            self._storage,
+            trees,
+            anti_entropy.exchanged_since,
+            self._clock.wall_ms,
+            self._config.tombstone_grace,
+        )
+        if self._membership.phase == STABLE:  # else they stay unhooked (and unstarted)
+            self._storage.on_change = trees.change  # after the snapshot the trees load
+            self._answer_exchanges(anti_entropy.answer)
+        return anti_entropy, collector
+
+    def renew(self) -> None:
+        """Fresh loops on the current ring (after `stop`, on a step to a stable phase)."""
+        self.anti_entropy, self.collector = self._made()
+
+    def start(self) -> None:
+        if self._membership.phase == STABLE:
+            self.anti_entropy.start()
+            self.collector.start()
+
+    async def stop(self) -> None:
+        self._storage.on_change = None
+        self._answer_exchanges(None)
+        await self.collector.close()
+        await self.anti_entropy.close()

@@ -1,0 +1,210 @@
+"""A membership step on one node (`StepApplier`, `RepairLoops`), with real storage and
+membership in a temporary folder and the node's other parts stood in for: anti-entropy
+answers and tombstone collection run only while the membership is stable (a tombstone
+collected between two rings could let a handed-off value come back), and a replica
+write for a key the node no longer owns wakes the handoff. These were `Node`'s before
+they moved out of dht/node.py; nothing tested them apart from whole nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import pytest
+
+from dht.config import NodeConfig
+from dht.membership.step import StepApplier
+from dht.model.clock import HybridClock
+from dht.model.merkle import holders
+from dht.model.record import Record
+from dht.model.topology import HANDOFF, JOINT, STABLE, TopologyState
+from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
+from dht.storage.membership import Membership
+from dht.storage.store import Storage
+
+A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
+LOOPS = {"anti-entropy", "tombstone-collector"}
+
+
+class StandInPeers:
+    def __init__(self) -> None:
+        self.retired: list[frozenset[str]] = []
+
+    def ensure(self, members: frozenset[str], identity: str) -> list[str]:
+        return sorted(members - {A})
+
+    async def retire(self, members: frozenset[str]) -> None:
+        self.retired.append(members)
+
+
+class StandInRebalance:
+    woken = 0
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
+class StandInCoordinator:
+    async def drain(self, epoch: int, deadline: float) -> bool:
+        return True
+
+
+def running_loops() -> set[str]:
+    return {task.get_name() for task in asyncio.all_tasks() if not task.done()} & LOOPS
+
+
+class OneNode:
+    def __init__(self, data_dir: Path, cluster: tuple[str, ...] = (A,)) -> None:
+        # Long intervals: the loops start, load their trees and wait; no exchange is tried.
+        self.config = NodeConfig(
+            port=1,
+            data_dir=data_dir,
+            cluster=cluster,
+            self_url=A,
+            anti_entropy_interval=3600.0,
+            tombstone_grace=3600.0,
+        )
+        self.storage = Storage(data_dir)
+        self.membership = Membership(
+            data_dir, TopologyState(0, STABLE, cluster), self.config.vnodes
+        )
+        self.answerers: list[ExchangeAnswerer | None] = []
+        self.peers = StandInPeers()
+        self.rebalance = StandInRebalance()
+        self.added: list[list[str]] = []
+        self.loops = RepairLoops(
+            self.config,
+            self.storage,
+            self.membership,
+            self.peers,  # type: ignore[arg-type]
+            HybridClock(),
+            self.answerers.append,
+        )
+        self.steps = StepApplier(
+            A,
+            self.membership,
+            self.peers,  # type: ignore[arg-type]
+            self.loops,
+            self.rebalance,  # type: ignore[arg-type]
+            StandInCoordinator(),  # type: ignore[arg-type]
+            timeout=1.0,
+            new_peers=self.new_peers,
+        )
+
+    def new_peers(self, peers: Iterable[object]) -> None:
+        self.added.append(list(peers))  # type: ignore[arg-type]
+
+    def hooked(self) -> bool:
+        """Whether storage feeds the current trees and exchanges are answered from them."""
+        answering = self.answerers[-1] if self.answerers else None
+        return (
+            self.storage.on_change is not None
+            and answering is not None
+            and answering == self.loops.anti_entropy.answer
+        )
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[OneNode]:
+    made = OneNode(tmp_path)
+    try:
+        yield made
+    finally:
+        await made.loops.stop()
+        await made.storage.drain()
+        made.storage.close()
+
+
+GROWN = (A, B)
+JOINT_STEP = TopologyState(1, JOINT, (A,), GROWN)
+HANDOFF_STEP = TopologyState(2, HANDOFF, (A,), GROWN)
+STABLE_STEP = TopologyState(3, STABLE, GROWN)
+
+
+async def test_the_repair_loops_run_and_answer_only_while_the_membership_is_stable(
+    node: OneNode,
+) -> None:
+    assert node.hooked()
+    node.loops.start()
+    assert running_loops() == LOOPS
+    first = node.loops.anti_entropy
+
+    for step in (JOINT_STEP, HANDOFF_STEP):
+        assert await node.steps.apply(step) is True
+        assert node.storage.on_change is None, step.phase
+        assert node.answerers[-1] is None, step.phase
+        assert running_loops() == set(), step.phase
+    assert node.peers.retired == []  # no peer is retired before the new ring is stable
+
+    assert await node.steps.apply(STABLE_STEP) is True
+    assert node.loops.anti_entropy is not first  # fresh trees, on the new ring
+    assert node.hooked()
+    assert running_loops() == LOOPS
+    assert node.peers.retired == [frozenset(GROWN)]
+    assert node.rebalance.woken == 3  # once a step
+    assert node.added == [[B], [B], [B]]
+    assert node.steps.ring_share == node.membership.topology.current.shares()
+
+
+async def test_a_step_taken_again_changes_nothing(node: OneNode) -> None:
+    assert await node.steps.apply(JOINT_STEP) is True
+    woken = node.rebalance.woken
+    assert await node.steps.apply(JOINT_STEP) is True  # the drain's answer
+    assert node.rebalance.woken == woken and len(node.added) == 1
+
+
+def key_held_by(owner: str, ring_state: TopologyState, vnodes: int) -> bytes:
+    ring = ring_state.placement(vnodes).current
+    return next(
+        key for number in range(1000) if holders(ring, key := b"k%d" % number, 1) == [owner]
+    )
+
+
+async def test_a_write_for_a_key_this_node_no_longer_owns_wakes_the_handoff(
+    node: OneNode,
+) -> None:
+    record = Record.live(1, b"v", copies=1)
+    ours, theirs = (key_held_by(url, STABLE_STEP, node.config.vnodes) for url in (A, B))
+    for step in (JOINT_STEP, HANDOFF_STEP, STABLE_STEP):
+        await node.steps.apply(step)
+    woken = node.rebalance.woken
+    node.steps.hand_off_if_not_owned(ours, record)
+    assert node.rebalance.woken == woken  # its own key stays
+    node.steps.hand_off_if_not_owned(theirs, record)
+    assert node.rebalance.woken == woken + 1
+    # Mid-change (this node leaving): the handoff runs anyway, nothing to wake.
+    await node.steps.apply(TopologyState(4, JOINT, GROWN, (B,)))
+    woken = node.rebalance.woken
+    node.steps.hand_off_if_not_owned(theirs, record)
+    assert node.rebalance.woken == woken
+
+
+async def test_a_node_never_changed_looks_for_nothing(tmp_path: Path) -> None:
+    """Epoch 0: every write comes to an owner (a node a step behind cannot exist)."""
+    node = OneNode(tmp_path, GROWN)
+    try:
+        theirs = key_held_by(B, STABLE_STEP, node.config.vnodes)
+        node.steps.hand_off_if_not_owned(theirs, Record.live(1, b"v", copies=1))
+        assert node.rebalance.woken == 0
+    finally:
+        await node.loops.stop()
+        node.storage.close()
+
+
+async def test_a_node_started_mid_change_runs_no_repair_loop(tmp_path: Path) -> None:
+    """A node restarted between two rings (or started with --join) starts neither loop
+    and answers no exchange until a step makes its membership stable."""
+    Membership(tmp_path, JOINT_STEP, NodeConfig.vnodes)  # the step it had taken, saved
+    node = OneNode(tmp_path)
+    try:
+        assert node.membership.phase == JOINT
+        assert node.storage.on_change is None and node.answerers == []
+        node.loops.start()
+        assert running_loops() == set()
+        for step in (HANDOFF_STEP, STABLE_STEP):
+            await node.steps.apply(step)
+        assert node.hooked() and running_loops() == LOOPS
+    finally:
+        await node.loops.stop()
+        node.storage.close()
