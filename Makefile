@@ -19,7 +19,7 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench deploy)
 
-.PHONY: run test lint unit spec chaos chaos-tls bench-tools wrk browser fuse faketime lock clean \
+.PHONY: run test lint unit simulation spec chaos chaos-tls bench-tools wrk browser fuse faketime lock clean \
 	image image-base image-test podman compose-tls
 
 run: $(STAMP)
@@ -49,6 +49,9 @@ lint: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
+
+simulation: $(STAMP)
+	$(PY) -m pytest tests/simulation
 
 spec: $(STAMP)
 	$(PY) -m pytest tests/spec

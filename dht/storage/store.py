@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -181,20 +181,30 @@ class Storage:
         disk_reserve: int = 0,
         durability: Durability = "group",
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        *,
+        db: Any = None,
+        writer: Executor | None = None,
+        disk: DiskSpace | None = None,
     ) -> None:
+        """`db`, `writer` and `disk` are for a caller that supplies the medium itself (the
+        simulator, `dht.simulation`): an open database with plyvel's interface, the
+        executor the group commit's batches run in, and the volume's free space. By
+        default: LevelDB in `data_dir`, a thread of its own, and `data_dir`'s volume."""
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
-        self._db = open_leveldb(data_dir)
+        self._db = open_leveldb(data_dir) if db is None else db
         self._ceiling = CeilingFile(data_dir / CEILING_FILE)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self._nonces = self._db.prefixed_db(NONCES_PREFIX)
-        self.disk = DiskSpace(data_dir, disk_reserve)
+        self.disk = DiskSpace(data_dir, disk_reserve) if disk is None else disk
         self.durability = durability
         self._sync = durability != "none"  # on the loop: "each"; in batches: "group" too
         self._queue_all = durability == "group"
         # The group commit's thread (plyvel lets go of the GIL meanwhile), so neither an
         # fsync nor a 16 MiB write stops the loop. One thread: LevelDB takes one write at
         # a time anyway.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-writer")
+        self._writer = writer or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="leveldb-writer"
+        )
         self._queue = GroupCommit(self._write_batch, self._writer, self._sync, self._landed)
         # Manual compactions take seconds: their own thread, so no batch waits for one.
         self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-compact")

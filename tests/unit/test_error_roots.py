@@ -66,7 +66,13 @@ NO_ROOT = {
     "dht.membership.driver.ChangeFailed": "the membership driver's failure",
 }
 # The kit, the test bed and the history are tools around the node, not its boundaries.
-AROUND_THE_NODE = ("dht.conformance", "dht.testbed", "dht.history", "dht.__main__")
+AROUND_THE_NODE = (
+    "dht.conformance",
+    "dht.testbed",
+    "dht.history",
+    "dht.simulation",
+    "dht.__main__",
+)
 
 
 def node_exceptions() -> dict[str, type[BaseException]]:

@@ -62,7 +62,7 @@ PACING = {
     "dht/membership/driver.py": {"POLL"},
 }
 # The kit and test bed (their own test parameters) and the history's plots.
-AROUND_THE_NODE = ("dht/conformance/", "dht/testbed/", "dht/history/")
+AROUND_THE_NODE = ("dht/conformance/", "dht/testbed/", "dht/history/", "dht/simulation/")
 
 
 def declared_limits() -> dict[str, int | float]:

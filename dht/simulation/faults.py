@@ -1,0 +1,224 @@
+"""The nemesis of a simulated run: faults drawn from the seed, each applied for a while
+and healed, a few at a time, until the load ends; then everything is healed at once.
+
+- partition: a node cut off from the others both ways, or one direction of one link
+  (bytes held, as TCP holds them, until it heals);
+- reset: every connection between two nodes reset at once (a middlebox's RST);
+- slow link: one direction's delay raised to 50-900 ms (near the 1 s deadline);
+- pause: a node's process stopped (SIGSTOP): its callbacks held, its timers late;
+- crash: kill -9, the disk keeping only what it synced, and a restart after a while
+  from what it kept;
+- ahead-then-crash: a node's clock carried ahead (within the drift bound) for a few
+  seconds, stepped back to true time, and the node crashed at once and restarted: the
+  schedule of "a restart after a clock was carried ahead";
+- power: every node's power cut at once (each disk keeping what it synced), all back
+  after a while, one by one;
+- clock: a node's wall clock stepped (forward or back) to an offset from true time,
+  mostly small, sometimes past the drift bound so the fence has work to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+from dht.simulation.loop import VirtualLoop
+from dht.simulation.network import Network, Trace
+from dht.simulation.sim_node import SimNode
+
+KINDS = (
+    "partition",
+    "one-way",
+    "slow",
+    "reset",
+    "pause",
+    "crash",
+    "clock",
+    "ahead-then-crash",
+    "power",
+)
+# Mean seconds between two faults, and the most under way at once.
+MEAN_GAP = 2.0
+AT_ONCE = 2
+
+
+class Nemesis:
+    def __init__(
+        self,
+        nodes: Sequence[SimNode],
+        network: Network,
+        loop: VirtualLoop,
+        rng: random.Random,
+        trace: Trace,
+        kinds: Sequence[str] = KINDS,
+    ) -> None:
+        """`kinds`: the faults drawn from (a shrink leaves some out)."""
+        self._nodes = list(nodes)
+        self._kinds = tuple(kinds)
+        self._network = network
+        self._loop = loop
+        self._rng = rng
+        self._trace = trace
+        self.log: list[str] = []
+        self._busy: set[str] = set()  # nodes with a process or clock fault under way
+        self._cut: set[tuple[str, str]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.largest_offset = 0.0
+
+    def _note(self, text: str) -> None:
+        line = f"t={self._loop.time():.3f} {text}"
+        self.log.append(line)
+        self._trace.add("fault", line)
+
+    async def run(self, until: float) -> None:
+        loop = self._loop
+        while True:
+            await asyncio.sleep(self._rng.expovariate(1 / MEAN_GAP))
+            if loop.time() >= until:
+                return
+            self._tasks = [task for task in self._tasks if not task.done()]
+            if len(self._tasks) >= AT_ONCE:
+                continue
+            kind = self._rng.choice(self._kinds)
+            self._tasks.append(loop.create_task(self._apply(kind, until)))
+
+    async def _apply(self, kind: str, until: float) -> None:
+        rng = self._rng
+        free = [node for node in self._nodes if node.name not in self._busy]
+        if not free:
+            return
+        if kind == "power":
+            await self._power_cut(rng.uniform(0.5, 5.0))
+            return
+        node = rng.choice(free)
+        others = [other.name for other in self._nodes if other is not node]
+        # Most faults are short; one in five outlasts a hint's age and a tombstone's grace.
+        longest = 30.0 if rng.random() < 0.2 else 10.0
+        duration = min(rng.uniform(0.5, longest), max(until - self._loop.time(), 0.1))
+        if kind == "partition":
+            links = [(node.name, other) for other in others] + [
+                (other, node.name) for other in others
+            ]
+            await self._cut_for(links, duration, f"partition {node.name} from the others")
+        elif kind == "one-way":
+            link = (node.name, rng.choice(others))
+            if rng.random() < 0.5:
+                link = (link[1], link[0])
+            await self._cut_for([link], duration, f"cut {link[0]} -> {link[1]}")
+        elif kind == "slow":
+            src, dst = node.name, rng.choice(others)
+            slowed = self._network.link(src, dst)
+            slow = rng.uniform(0.05, 0.9)
+            self._note(f"slow {src} -> {dst} to {slow * 1000:.0f} ms for {duration:.1f} s")
+            slowed.base = slow
+            await asyncio.sleep(duration)
+            slowed.base = self._network.base_delay
+            self._note(f"slow {src} -> {dst} healed")
+        elif kind == "reset":
+            other = rng.choice(others)
+            count = self._network.reset(node.name, other)
+            self._note(f"reset {count} connections between {node.name} and {other}")
+        elif kind == "pause":
+            self._busy.add(node.name)
+            self._note(f"pause {node.name} for {duration:.1f} s")
+            self._pause(node)
+            await asyncio.sleep(duration)
+            self._resume(node)
+            self._note(f"resume {node.name}")
+            self._busy.discard(node.name)
+        elif kind == "crash":
+            self._busy.add(node.name)
+            self._note(f"crash {node.name}, down {duration:.1f} s")
+            node.crash()
+            await asyncio.sleep(duration)
+            self._note(f"restart {node.name}")
+            node.start()
+            self._busy.discard(node.name)
+        elif kind == "ahead-then-crash":
+            self._busy.add(node.name)
+            ahead = rng.uniform(0.5, 1.9)
+            self._note(f"clock of {node.name} stepped to {ahead * 1000:+.0f} ms")
+            self._set_offset(node, ahead)
+            await asyncio.sleep(rng.uniform(1.0, 5.0))
+            self._set_offset(node, 0.0)
+            down = rng.uniform(0.1, 0.5)
+            self._note(f"clock of {node.name} back to true time; crash, down {down:.1f} s")
+            node.crash()
+            await asyncio.sleep(down)
+            self._note(f"restart {node.name}")
+            node.start()
+            self._busy.discard(node.name)
+        elif kind == "clock":
+            self._busy.add(node.name)
+            offset = rng.uniform(-0.3, 0.3) if rng.random() < 0.7 else rng.uniform(-4.0, 4.0)
+            self._note(f"clock of {node.name} stepped to {offset * 1000:+.0f} ms")
+            self._set_offset(node, offset)
+            await asyncio.sleep(duration)
+            self._set_offset(node, 0.0)
+            self._note(f"clock of {node.name} back to true time")
+            self._busy.discard(node.name)
+
+    async def _power_cut(self, duration: float) -> None:
+        """Only when no node has a fault of its own under way."""
+        if self._busy:
+            return
+        names = {node.name for node in self._nodes}
+        self._busy |= names
+        self._note(f"power cut on every node for {duration:.1f} s")
+        for node in self._nodes:
+            node.crash()
+        await asyncio.sleep(duration)
+        for node in self._nodes:
+            self._note(f"restart {node.name}")
+            node.start()
+            await asyncio.sleep(self._rng.uniform(0.0, 0.5))
+        self._busy -= names
+
+    async def _cut_for(self, links: list[tuple[str, str]], duration: float, what: str) -> None:
+        links = [link for link in links if link not in self._cut]
+        if not links:
+            return
+        self._note(f"{what} for {duration:.1f} s")
+        for src, dst in links:
+            self._cut.add((src, dst))
+            self._network.cut(src, dst, True)
+        await asyncio.sleep(duration)
+        for src, dst in links:
+            self._cut.discard((src, dst))
+            self._network.cut(src, dst, False)
+        self._note(f"{what}: healed")
+
+    def _pause(self, node: SimNode) -> None:
+        if node.incarnation is not None:
+            self._loop.pause(node.incarnation)
+
+    def _resume(self, node: SimNode) -> None:
+        if node.incarnation is not None:
+            self._loop.resume(node.incarnation)
+
+    def _set_offset(self, node: SimNode, offset: float) -> None:
+        node.clock_offset = offset
+        if node.incarnation is not None:
+            node.incarnation.clock_offset = offset
+        offsets = [other.clock_offset for other in self._nodes]
+        self.largest_offset = max(self.largest_offset, max(offsets) - min(offsets))
+
+    async def heal_all(self) -> None:
+        """Ends every fault under way: each heals as it would have, at once."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for src, dst in list(self._cut):
+            self._network.cut(src, dst, False)
+        self._cut.clear()
+        for node in self._nodes:
+            for other in self._nodes:
+                self._network.link(node.name, other.name).base = self._network.base_delay
+            if node.incarnation is not None and node.incarnation.paused:
+                self._resume(node)
+            if not node.up:
+                node.start()
+            self._set_offset(node, 0.0)
+        self._busy.clear()
+        self._note("healed everything")

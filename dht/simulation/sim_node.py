@@ -1,0 +1,348 @@
+"""One node of the simulated cluster: dht's own parts, built as `dht/node.py` builds
+them, over the simulator's disk and network.
+
+Real: `Storage` (put-if-newer, the digest index, the group commit, collection), the
+`HybridClock` and its ceiling, `Membership`, `Peers`/`Peer` with their breakers and
+deadlines (`PendingCall`), the replica channel's both ends (`ReplicaChannel`,
+`ServerConnection`, the codec, the handshake and proof), `LocalReplica`, the
+`Coordinator` with its tally and read repair, `HintStore`/`HintDelivery`,
+`AntiEntropy` with its Merkle trees, `Collector` and `FenceWatch`.
+
+Simulated: the bytes under the channel (`dht.simulation.network`), the database and
+the writer thread under `Storage` (`dht.simulation.disk`), and the node's two internal
+HTTP requests, each answered by the code behind its route (`SimPeer`): the
+anti-entropy exchange (`AntiEntropy.answer`) and the membership step with the clock
+header (what `MembershipApi.show` answers). The HTTP edge is not run: a client's
+request reaches `Coordinator` as `ClientApi` would call it, refused while fenced as
+`HttpServer` refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from dht.config import NodeConfig
+from dht.coordination.coordinator import Coordinator
+from dht.coordination.outcome import Outcome, Status
+from dht.limits import MESSAGE_OVERHEAD
+from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
+from dht.model.log_limits import RateLimitedLog
+from dht.model.merkle import MerkleTrees
+from dht.model.replicas import ReplicaCount, parse_replicas
+from dht.model.topology import STABLE, TopologyState
+from dht.replication.anti_entropy import AntiEntropy
+from dht.replication.collector import Collector
+from dht.replication.fence import FenceWatch
+from dht.replication.hints import HintDelivery, HintStore, hint_max_age
+from dht.simulation.disk import SimDisk
+from dht.simulation.loop import Incarnation, VirtualLoop
+from dht.simulation.network import Network
+from dht.storage.disk import DiskSpace
+from dht.storage.membership import Membership
+from dht.storage.store import Storage
+from dht.transport.channel import PeerError
+from dht.transport.channel_server import ServerConnection
+from dht.transport.handshakes import Handshakes
+from dht.transport.local_replica import LocalReplica
+from dht.transport.peers import Peer, Peers
+from dht.transport.wire import CLOCK_HEADER, EXCHANGE_PATH, TOPOLOGY_PATH
+
+_log = logging.getLogger(__name__)
+
+# What the HTTP edge answers for each outcome (`dht.web.client_api`).
+STATUS_CODES = {
+    Status.FOUND: 200,
+    Status.NOT_FOUND: 404,
+    Status.STORED: 201,
+    Status.DELETED: 202,
+    Status.NOT_ENOUGH_REPLICAS: 504,
+    Status.INSUFFICIENT_STORAGE: 507,
+    Status.UNAVAILABLE: 503,
+}
+
+# Free bytes the simulated volume always has: the disk-full fault is not simulated.
+_FREE_BYTES = 1 << 40
+
+
+class SimPeer(Peer):
+    """A `Peer` whose channel dials through the simulated network (the loop's
+    `create_connection`) and whose internal HTTP requests cross it too."""
+
+    def __init__(self, network: Network, src: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._network = network
+        self._src = src
+        self._port = int(self.url.rsplit(":", 1)[1])
+
+    async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
+        async def show(node: SimNode) -> tuple[Any, dict[str, str]]:
+            if path != TOPOLOGY_PATH:
+                raise PeerError(f"{self.url}: {path} answered 404")
+            return node.membership.state.to_json(), {CLOCK_HEADER: str(node.clock.wall_ms())}
+
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._network.request(self._src, self._port, show)
+        except TimeoutError as exc:
+            raise PeerError(f"{self.url}: no answer within {self.timeout}s") from exc
+        except OSError as exc:
+            raise PeerError(f"{self.url}: {exc!r}") from exc
+
+    async def post_json(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(message)
+
+        async def exchange(node: SimNode) -> dict[str, Any]:
+            if path != EXCHANGE_PATH or node.exchange_answerer is None:
+                raise PeerError(f"{self.url}: {path} answered 503")
+            try:
+                answer: dict[str, Any] = json.loads(
+                    json.dumps(node.exchange_answerer(json.loads(body)))
+                )
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                raise PeerError(f"{self.url}: {path} answered 400") from exc
+            return answer
+
+        async def request() -> dict[str, Any]:
+            return await self._network.request(self._src, self._port, exchange)
+
+        return await self._guarded(request)
+
+
+class SimPeers(Peers):
+    def __init__(self, network: Network, config: NodeConfig, nodes: Any, identity: str) -> None:
+        self._network = network
+        super().__init__(config, nodes, identity)
+
+    def ensure(self, nodes: Any, ring_identity: str) -> list[Peer]:
+        added: list[Peer] = []
+        for url in nodes:
+            if url != self._config.self_url and url not in self.by_url:
+                peer = SimPeer(
+                    self._network, self._config.self_url, url, self._config, ring_identity
+                )
+                self.by_url[url] = peer
+                added.append(peer)
+        for known in self.by_url.values():
+            known.set_identity(ring_identity)
+        return added
+
+
+def node_config(url: str, cluster: tuple[str, ...], data_dir: Path) -> NodeConfig:
+    """The settings of a simulated node: the defaults, with the background loops' periods
+    short enough that a run of minutes sees many of their rounds."""
+    return NodeConfig(
+        port=int(url.rsplit(":", 1)[1]),
+        data_dir=data_dir,
+        cluster=cluster,
+        self_url=url,
+        vnodes=64,
+        timeout=1.0,
+        hint_interval=0.5,
+        anti_entropy_interval=5.0,
+        tombstone_grace=10.0,
+        hint_max_age=5.0,
+        max_clock_drift=2.0,
+    )
+
+
+class SimNode:
+    """One node's process: `start` builds and starts its parts in a new incarnation,
+    `crash` abandons them (and the disk loses what it had not synced)."""
+
+    def __init__(
+        self,
+        name: str,
+        config: NodeConfig,
+        network: Network,
+        loop: VirtualLoop,
+        rng: random.Random,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.network = network
+        self.loop = loop
+        self.disk = SimDisk(rng)
+        self.incarnations = 0
+        self.incarnation: Incarnation | None = None
+        self.clock_offset = 0.0
+        self.fenced: str | None = None
+        self.exchange_answerer: Any = None
+        self.last_version = 0  # the newest version it issued, in any incarnation
+        self.violations: list[str] = []  # invariants its code broke, as the run saw
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def up(self) -> bool:
+        return self.incarnation is not None and not self.incarnation.dead
+
+    def start(self) -> asyncio.Task[None]:
+        """A new process on this node's disk; returns the task that starts it."""
+        self.incarnations += 1
+        incarnation = Incarnation(self.name, self.incarnations, self.clock_offset)
+        self.incarnation = incarnation
+        context = incarnation.context()
+        context.run(self._build)
+        return self.loop.create_task(self._serve(), context=context)
+
+    def _build(self) -> None:
+        config = self.config
+        disk = self.disk
+        self.storage = Storage(
+            config.data_dir,
+            0,
+            "group",
+            wall_clock_ms,
+            db=disk.db,
+            writer=disk.writer(),
+            disk=DiskSpace(config.data_dir, 0, measure=lambda _: _FREE_BYTES),
+        )
+        self.clock = HybridClock(
+            wall_clock_ms,
+            config.max_clock_drift_ms,
+            floor=self.clock_floor(),
+            save_ceiling=disk.save_ceiling,
+            wall_us=wall_clock_us,
+        )
+        self._watch_versions(self.clock)
+        self.membership = Membership(
+            config.data_dir, TopologyState(0, STABLE, config.cluster), config.vnodes
+        )
+        self.peers = SimPeers(
+            self.network, config, self.membership.state.members, self.membership.identity
+        )
+        self.hints = HintStore(
+            self.storage.hints,
+            self.storage.disk,
+            config.hint_max_bytes,
+            hint_max_age(config),
+            wall_clock_ms,
+        )
+        self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
+        self.coordinator = Coordinator(
+            config, self.storage, self.membership, self.peers, self.clock, self.hints
+        )
+        self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
+        trees = MerkleTrees(self.membership.topology.current, config.self_url)
+        self.anti_entropy = AntiEntropy(
+            config.self_url,
+            self.storage,
+            trees,
+            self.peers,
+            self.clock,
+            config.anti_entropy_interval,
+            config.anti_entropy_rate,
+            config.tombstone_grace,
+            config.max_clock_drift,
+        )
+        self.collector = Collector(
+            self.storage,
+            trees,
+            self.anti_entropy.exchanged_since,
+            self.clock.wall_ms,
+            config.tombstone_grace,
+        )
+        self.storage.on_change = trees.change
+        self.exchange_answerer = self.anti_entropy.answer
+        self.fenced = None
+        self.fence = FenceWatch(
+            config.self_url,
+            config.data_dir,
+            self.membership,
+            self.peers,
+            self._fence,
+            self.clock.wall_ms,
+            config.max_clock_drift_ms,
+            config.timeout,
+        )
+        self.fenced = self.fence.refusal
+        self._handshakes = Handshakes(RateLimitedLog(_log))
+        self._channels: set[ServerConnection] = set()
+        self._max_message = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD
+
+    def _watch_versions(self, clock: HybridClock) -> None:
+        """SPEC 8.7, the clock never goes back: every version this node issues, in any
+        of its incarnations, is newer than every one it issued before. A version that is
+        not goes into `violations` (the run fails)."""
+        issue = clock.now
+
+        def now() -> int:
+            version = issue()
+            if version <= self.last_version:
+                self.violations.append(
+                    f"{self.name}'s clock went back: it issued version {version} "
+                    f"after {self.last_version} (incarnation {self.incarnations})"
+                )
+            self.last_version = max(self.last_version, version)
+            return version
+
+        clock.now = now  # type: ignore[method-assign]
+
+    def clock_floor(self) -> int:
+        """The clock's saved ceiling (`Storage.clock_ceiling`, from the simulated disk's
+        ceiling file): where a restarted clock goes on from."""
+        if self.disk.ceiling is not None:
+            return self.disk.ceiling
+        return self.storage.clock_ceiling()
+
+    def _fence(self, reason: str | None) -> None:
+        self.fenced = reason
+
+    async def _serve(self) -> None:
+        """What `Node.run` does before it serves: the fence's first look, then the
+        listener and the background loops."""
+        assert self.incarnation is not None
+        if self.fence.fenced is None:
+            await self.fence.first_check()
+        self.network.listen(self.config.port, self.name, self.incarnation, self)
+        self.hint_delivery.start()
+        self.anti_entropy.start()
+        self.collector.start()
+        if self.fence.fenced is None:
+            self.fence.start()
+
+    def channel_protocol(self) -> ServerConnection:
+        """The server end of a replica channel connection (what `SharedPortSite` gives a
+        connection whose first byte is 0x00)."""
+        return ServerConnection(
+            self.local_replica,
+            self._max_message,
+            self._channels,
+            RateLimitedLog(_log),
+            None,
+            self._handshakes,
+        )
+
+    def crash(self) -> None:
+        """kill -9: no code of this incarnation runs again; the disk keeps what it
+        synced."""
+        incarnation = self.incarnation
+        if incarnation is None or incarnation.dead:
+            return
+        self.loop.bury(incarnation)
+        self.network.crashed(incarnation)
+        self.disk.crash()
+
+    async def serve(
+        self, kind: str, key: bytes, value: bytes | None, replicas_text: str | None = None
+    ) -> tuple[int, bytes | None]:
+        """One client request, as the HTTP edge would run it: (status, body)."""
+        if self.fenced is not None:
+            return 503, None
+        replicas: ReplicaCount | None = None
+        if replicas_text is not None:
+            replicas = parse_replicas(replicas_text, self.coordinator.cluster_size)
+        outcome: Outcome
+        if kind == "GET":
+            outcome = await self.coordinator.get(key, replicas)
+        elif kind == "PUT":
+            assert value is not None
+            outcome = await self.coordinator.put(key, value, replicas)
+        else:
+            outcome = await self.coordinator.delete(key, replicas)
+        status = STATUS_CODES[outcome.status]
+        return status, outcome.value if status == 200 else None
