@@ -74,6 +74,7 @@ async def change_membership(
     step_deadline: float = 120.0,
     no_answer_deadline: float = NO_ANSWER_DEADLINE,
     say: Callable[[str], None] = lambda line: None,
+    session: aiohttp.ClientSession | None = None,
 ) -> ChangeReport:
     """Changes the membership of the cluster `via` belongs to (any of its nodes) to `new`.
     New nodes must be running already (started with `--join`); `dead` nodes of the old
@@ -81,7 +82,8 @@ async def change_membership(
 
     A change under way to a list that `new` only shortens by dead nodes (a node that was
     to stay, lost in the middle of it) is first finished without them, then followed by
-    their removal."""
+    their removal. `session`: what the requests go through (the simulator's, which
+    answers them in memory); a session of its own, proving `secret`, if None."""
     gone = sorted(set(dead or ()))
     if overlap := sorted(set(gone) & set(new)):
         raise ChangeFailed(
@@ -89,27 +91,42 @@ async def change_membership(
             "can only leave"
         )
     deadlines = (step_deadline, no_answer_deadline)
+    if session is not None:
+        return await _change_via(session, via, new, gone, accept_loss, deadlines, say)
     timeout = aiohttp.ClientTimeout(total=10)
     middlewares = (proving(secret),) if secret else ()
-    async with aiohttp.ClientSession(timeout=timeout, middlewares=middlewares) as session:
+    async with aiohttp.ClientSession(timeout=timeout, middlewares=middlewares) as own:
+        return await _change_via(own, via, new, gone, accept_loss, deadlines, say)
+
+
+async def _change_via(
+    session: aiohttp.ClientSession,
+    via: list[str],
+    new: list[str],
+    gone: list[str],
+    accept_loss: bool,
+    deadlines: tuple[float, float],
+    say: Callable[[str], None],
+) -> ChangeReport:
+    no_answer_deadline = deadlines[1]
+    states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
+    going_to = _change_under_way(states.values())
+    lost = set(going_to or ()) - set(new)
+    if going_to and lost and set(new) < set(going_to) and lost <= set(gone):
+        say(
+            f"finishing the change under way to {', '.join(going_to)} without "
+            f"{', '.join(sorted(lost))} (dead) first, then removing it"
+        )
+        old, steps = _steps(states, list(going_to))
+        finished = await _drive(session, old, list(going_to), gone, steps, deadlines, say)
+        gone = sorted(lost)  # the others are out of the cluster now
         states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
-        going_to = _change_under_way(states.values())
-        lost = set(going_to or ()) - set(new)
-        if going_to and lost and set(new) < set(going_to) and lost <= set(gone):
-            say(
-                f"finishing the change under way to {', '.join(going_to)} without "
-                f"{', '.join(sorted(lost))} (dead) first, then removing it"
-            )
-            old, steps = _steps(states, list(going_to))
-            finished = await _drive(session, old, list(going_to), gone, steps, deadlines, say)
-            gone = sorted(lost)  # the others are out of the cluster now
-            states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
-            report = await _change(session, states, new, gone, accept_loss, deadlines, say)
-            report.old = finished.old
-            for url, sent in finished.sent.items():
-                report.sent[url] = report.sent.get(url, 0) + sent
-            return report
-        return await _change(session, states, new, gone, accept_loss, deadlines, say)
+        report = await _change(session, states, new, gone, accept_loss, deadlines, say)
+        report.old = finished.old
+        for url, sent in finished.sent.items():
+            report.sent[url] = report.sent.get(url, 0) + sent
+        return report
+    return await _change(session, states, new, gone, accept_loss, deadlines, say)
 
 
 def _change_under_way(states: Collection[TopologyState]) -> tuple[str, ...] | None:
