@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from dht.simulation.faults import KINDS
+from dht.simulation.faults import KINDS, MEMBERSHIP_KINDS
 from dht.simulation.run import Result, Settings, shrink, simulate
 
 
@@ -26,7 +26,7 @@ def _seeds(text: str) -> range:
 
 def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(text.split(","))
-    unknown = [kind for kind in kinds if kind not in KINDS]
+    unknown = [kind for kind in kinds if kind not in KINDS + MEMBERSHIP_KINDS]
     if unknown or not kinds:
         raise argparse.ArgumentTypeError(f"not a kind of fault: {', '.join(unknown)}")
     return kinds
@@ -52,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
         "--faults",
         type=_kinds,
         default=KINDS,
-        help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)})",
+        help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)}; "
+        f"also {', '.join(MEMBERSHIP_KINDS)}: a spare node joins, a member leaves)",
     )
     parser.add_argument(
         "--narrow-deletes",

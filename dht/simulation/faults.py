@@ -14,17 +14,25 @@ and healed, a few at a time, until the load ends; then everything is healed at o
 - power: every node's power cut at once (each disk keeping what it synced), all back
   after a while, one by one;
 - clock: a node's wall clock stepped (forward or back) to an offset from true time,
-  mostly small, sometimes past the drift bound so the fence has work to do.
+  mostly small, sometimes past the drift bound so the fence has work to do;
+- grow, shrink (`MEMBERSHIP_KINDS`, drawn only when asked for): a spare node started
+  to join, or a member removed, by dht's own driver of a membership change
+  (`dht.simulation.operator`), while the clients run and the other faults strike; a
+  change the driver stops (a node silent too long) is run again until it is through.
+  One change at a time; a removed node is stopped once the change is through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Sequence
 
+from dht.membership.driver import ChangeFailed, change_membership
 from dht.simulation.loop import VirtualLoop
 from dht.simulation.network import Network, Trace
+from dht.simulation.operator import OperatorSession
 from dht.simulation.sim_node import SimNode
 
 KINDS = (
@@ -38,6 +46,11 @@ KINDS = (
     "ahead-then-crash",
     "power",
 )
+MEMBERSHIP_KINDS = ("grow", "shrink")
+# The fewest members a shrink leaves.
+FEWEST_MEMBERS = 2
+# Seconds before a change the driver stopped is run again.
+CHANGE_AGAIN = 1.0
 # Mean seconds between two faults, and the most under way at once.
 MEAN_GAP = 2.0
 AT_ONCE = 2
@@ -52,9 +65,16 @@ class Nemesis:
         rng: random.Random,
         trace: Trace,
         kinds: Sequence[str] = KINDS,
+        spares: Sequence[SimNode] = (),
     ) -> None:
-        """`kinds`: the faults drawn from (a shrink leaves some out)."""
-        self._nodes = list(nodes)
+        """`kinds`: the faults drawn from (a shrink leaves some out); `nodes`: the
+        members, a list the clients share (a change adds to it and takes from it);
+        `spares`: nodes not started yet, which a grow adds."""
+        self._nodes = nodes if isinstance(nodes, list) else list(nodes)
+        self._spares = list(spares)
+        self._everyone = [*self._nodes, *self._spares]
+        self._session = OperatorSession(network, self._everyone)
+        self._change: asyncio.Task[None] | None = None
         self._kinds = tuple(kinds)
         self._network = network
         self._loop = loop
@@ -85,6 +105,10 @@ class Nemesis:
 
     async def _apply(self, kind: str, until: float) -> None:
         rng = self._rng
+        if kind in MEMBERSHIP_KINDS:
+            if self._change is None or self._change.done():
+                self._change = self._loop.create_task(self._membership_change(kind))
+            return
         free = [node for node in self._nodes if node.name not in self._busy]
         if not free:
             return
@@ -159,6 +183,42 @@ class Nemesis:
             self._note(f"clock of {node.name} back to true time")
             self._busy.discard(node.name)
 
+    async def _membership_change(self, kind: str) -> None:
+        members = [node.config.self_url for node in self._nodes]
+        if kind == "grow":
+            if not self._spares:
+                return
+            spare = self._spares.pop(0)
+            new = [*members, spare.config.self_url]
+            spare.config = dataclasses.replace(spare.config, cluster=tuple(new), join=True)
+            self._note(f"grow: {spare.name} joins")
+            spare.start()
+            self._nodes.append(spare)
+        else:
+            if len(members) <= FEWEST_MEMBERS:
+                return
+            leaving = self._rng.choice(self._nodes)
+            new = [url for url in members if url != leaving.config.self_url]
+            self._note(f"shrink: {leaving.name} leaves")
+        while True:
+            try:
+                await change_membership(
+                    members,
+                    new,
+                    session=self._session,  # type: ignore[arg-type]
+                )
+                break
+            except ChangeFailed as exc:
+                if "nothing to change" in str(exc):
+                    break
+                self._note(f"{kind}: the driver stopped ({str(exc)[:80]}); again")
+                await asyncio.sleep(CHANGE_AGAIN)
+        for node in [node for node in self._nodes if node.config.self_url not in new]:
+            self._nodes.remove(node)
+            self._busy.add(node.name)  # out of the cluster: no fault of its own any more
+            node.crash()
+        self._note(f"{kind}: through, members {', '.join(node.name for node in self._nodes)}")
+
     async def _power_cut(self, duration: float) -> None:
         """Only when no node has a fault of its own under way."""
         if self._busy:
@@ -222,3 +282,9 @@ class Nemesis:
             self._set_offset(node, 0.0)
         self._busy.clear()
         self._note("healed everything")
+        if self._change is not None:
+            await self._change  # with every node up, the driver goes through
+
+    @property
+    def members(self) -> list[SimNode]:
+        return list(self._nodes)

@@ -19,7 +19,8 @@ from typing import Any
 from dht.history.checker import CLOCK_SLACK, check
 from dht.history.classification import classify
 from dht.history.operation import Op
-from dht.model.record import Record
+from dht.model.merkle import holders
+from dht.model.record import Record, newest
 from dht.simulation.defects import put_back
 from dht.simulation.faults import KINDS, Nemesis
 from dht.simulation.loop import VirtualLoop, virtual_clocks
@@ -46,6 +47,11 @@ class Settings:
     fault_kinds: tuple[str, ...] = KINDS
     narrow_deletes: bool = False  # one DELETE in two at replicas=2/2
     defect: str | None = None  # a known defect put back (`dht.simulation.defects`)
+
+    @property
+    def spares(self) -> int:
+        """Nodes not started with the others: one, for a grow to add."""
+        return 1 if self.faults and "grow" in self.fault_kinds else 0
 
 
 @dataclass
@@ -119,8 +125,11 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
     network = Network(loop, random.Random(rng.getrandbits(64)), trace)
     loop.network = network
     # The network routes by port: each node has its own.
-    urls = tuple(f"http://10.0.0.{i + 1}:{7001 + i}" for i in range(settings.nodes))
-    nodes = [
+    everyone = tuple(
+        f"http://10.0.0.{i + 1}:{7001 + i}" for i in range(settings.nodes + settings.spares)
+    )
+    urls = everyone[: settings.nodes]
+    started = [
         SimNode(
             f"node{i + 1}",
             node_config(url, urls, folder / f"node{i + 1}"),
@@ -128,8 +137,9 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
             loop,
             random.Random(rng.getrandbits(64)),
         )
-        for i, url in enumerate(urls)
+        for i, url in enumerate(everyone)
     ]
+    nodes, spares = started[: settings.nodes], started[settings.nodes :]
     for node in nodes:
         node.start()
     history: list[Op] = []
@@ -151,18 +161,19 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
     nemesis: Nemesis | None = None
     if settings.faults:
         nemesis_rng = random.Random(rng.getrandbits(64))
-        nemesis = Nemesis(nodes, network, loop, nemesis_rng, trace, settings.fault_kinds)
+        nemesis = Nemesis(nodes, network, loop, nemesis_rng, trace, settings.fault_kinds, spares)
         faults = loop.create_task(nemesis.run(until))
     await asyncio.gather(*(client.run(until) for client in clients))
     if nemesis is not None:
         await faults
         await nemesis.heal_all()
     await asyncio.sleep(SETTLE)
-    final, diverged = _final_state(nodes, history)
+    members = nemesis.members if nemesis is not None else nodes
+    final, diverged = _final_state(members, history)
     final_at = (loop.time(), loop.time())
     skew = nemesis.largest_offset if nemesis is not None else 0.0
     slack = CLOCK_SLACK + skew
-    for node in nodes:
+    for node in started:
         node.crash()  # nothing runs past the verdict
         problems.extend(node.violations)
     report = check(history, final, slack, final_at)
@@ -193,12 +204,20 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
 def _final_state(
     nodes: list[SimNode], history: list[Op]
 ) -> tuple[dict[str, bytes | None], list[str]]:
-    """Each written key's converged state, read off every node's storage (each holds
-    every key: the default `F` is every node), and the keys whose replicas differ."""
+    """Each written key's converged state, read off the storage of every member that is
+    to hold it, and the keys whose replicas differ. Its holders are those of the newest
+    copy any member has, under the final membership: a record keeps the `F` it was
+    written with (the cluster's size then, by default), so after a grow some keys live
+    on fewer nodes than the cluster has."""
     final: dict[str, bytes | None] = {}
     diverged: list[str] = []
+    ring = nodes[0].membership.topology.current
+    by_url = {node.config.self_url: node for node in nodes}
     for key in sorted({op.key for op in history}):
-        records: list[Record | None] = [node.storage.get(key.encode()) for node in nodes]
+        encoded = key.encode()
+        best = newest([node.storage.get(encoded) for node in nodes])
+        owners = [by_url[url] for url in holders(ring, encoded, best.copies if best else 0)]
+        records: list[Record | None] = [node.storage.get(encoded) for node in owners]
         states = {_state(record, nodes[0]) for record in records}
         if len(states) > 1:
             diverged.append(key)

@@ -24,26 +24,27 @@ import json
 import logging
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dht.config import NodeConfig
 from dht.coordination.coordinator import Coordinator
 from dht.coordination.outcome import Outcome, Status
 from dht.limits import MESSAGE_OVERHEAD
+from dht.membership.api import MembershipApi
+from dht.membership.rebalance import Rebalance
+from dht.membership.step import StepApplier
 from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import RateLimitedLog
-from dht.model.merkle import MerkleTrees
 from dht.model.replicas import ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
-from dht.replication.anti_entropy import AntiEntropy
-from dht.replication.collector import Collector
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
+from dht.replication.repair_loops import RepairLoops
 from dht.simulation.disk import SimDisk
 from dht.simulation.loop import Incarnation, VirtualLoop
 from dht.simulation.network import Network
 from dht.storage.disk import DiskSpace
-from dht.storage.membership import Membership
+from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.channel import PeerError
 from dht.transport.channel_server import ServerConnection
@@ -64,6 +65,8 @@ STATUS_CODES = {
     Status.INSUFFICIENT_STORAGE: 507,
     Status.UNAVAILABLE: 503,
 }
+
+STATUS_PATH = "/v0/status"
 
 # Free bytes the simulated volume always has: the disk-full fault is not simulated.
 _FREE_BYTES = 1 << 40
@@ -111,6 +114,19 @@ class SimPeer(Peer):
             return await self._network.request(self._src, self._port, exchange)
 
         return await self._guarded(request)
+
+
+class _Request:
+    """What `MembershipApi` reads of a request: its body (the guard's part)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+async def _body_of(request: Any) -> bytes:
+    """The guard of the step route with no cluster secret set: the body as it came."""
+    body: bytes = request.body
+    return body
 
 
 class SimPeers(Peers):
@@ -209,9 +225,12 @@ class SimNode:
             wall_us=wall_clock_us,
         )
         self._watch_versions(self.clock)
-        self.membership = Membership(
-            config.data_dir, TopologyState(0, STABLE, config.cluster), config.vnodes
+        seed = (
+            joining_state(config.cluster, config.self_url)
+            if config.join
+            else TopologyState(0, STABLE, config.cluster)
         )
+        self.membership = Membership(config.data_dir, seed, config.vnodes)
         self.peers = SimPeers(
             self.network, config, self.membership.state.members, self.membership.identity
         )
@@ -227,27 +246,30 @@ class SimNode:
             config, self.storage, self.membership, self.peers, self.clock, self.hints
         )
         self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
-        trees = MerkleTrees(self.membership.topology.current, config.self_url)
-        self.anti_entropy = AntiEntropy(
+        self.rebalance = Rebalance(
             config.self_url,
+            config.data_dir,
             self.storage,
-            trees,
+            self.membership,
             self.peers,
-            self.clock,
-            config.anti_entropy_interval,
-            config.anti_entropy_rate,
-            config.tombstone_grace,
-            config.max_clock_drift,
+            config.handoff_rate,
         )
-        self.collector = Collector(
-            self.storage,
-            trees,
-            self.anti_entropy.exchanged_since,
-            self.clock.wall_ms,
-            config.tombstone_grace,
+        self.exchange_answerer = None
+        self.repair_loops = RepairLoops(
+            config, self.storage, self.membership, self.peers, self.clock, self._answer_exchanges
         )
-        self.storage.on_change = trees.change
-        self.exchange_answerer = self.anti_entropy.answer
+        self.steps = StepApplier(
+            config.self_url,
+            self.membership,
+            self.peers,
+            self.repair_loops,
+            self.rebalance,
+            self.coordinator,
+            config.timeout,
+            lambda _: None,
+        )
+        self.local_replica.on_stored = self.steps.hand_off_if_not_owned
+        self.admin_api = MembershipApi(self.membership, self.steps, _body_of, self.clock.wall_ms)
         self.fenced = None
         self.fence = FenceWatch(
             config.self_url,
@@ -289,6 +311,24 @@ class SimNode:
             return self.disk.ceiling
         return self.storage.clock_ceiling()
 
+    async def admin(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """One of the operator's HTTP requests that the driver of a membership change
+        sends, answered by the code behind its route: `MembershipApi` for the step
+        (GET and PUT), and the part of `/v0/status` the driver reads (`dht.status`)."""
+        if path == TOPOLOGY_PATH and method in ("GET", "PUT"):
+            answer = self.admin_api.show if method == "GET" else self.admin_api.step
+            response = await answer(cast(Any, _Request(body)), {})
+            assert isinstance(response.body, bytes)
+            return response.status, response.body
+        if path == STATUS_PATH and method == "GET":
+            membership = self.membership.state.to_json() | {"handoff": self.rebalance.status()}
+            status = {"vnodes": self.config.vnodes, "membership": membership}
+            return 200, json.dumps(status).encode()
+        return 404, b"Not Found"
+
+    def _answer_exchanges(self, answerer: Any) -> None:
+        self.exchange_answerer = answerer
+
     def _fence(self, reason: str | None) -> None:
         self.fenced = reason
 
@@ -300,8 +340,8 @@ class SimNode:
             await self.fence.first_check()
         self.network.listen(self.config.port, self.name, self.incarnation, self)
         self.hint_delivery.start()
-        self.anti_entropy.start()
-        self.collector.start()
+        self.repair_loops.start()
+        self.rebalance.start()
         if self.fence.fenced is None:
             self.fence.start()
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from dht.simulation.faults import KINDS, MEMBERSHIP_KINDS
 from dht.simulation.run import Settings, shrink, simulate
+
+# Every kind of fault, and membership changes (a spare node joins, a member leaves).
+WITH_CHANGES = KINDS + MEMBERSHIP_KINDS
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
@@ -30,6 +34,46 @@ def test_a_seed_of_faults_keeps_every_acknowledged_write(seed: int) -> None:
     result = simulate(Settings(seed=seed, seconds=60, narrow_deletes=narrow))
     assert result.faults
     replay = f"python -m dht.simulation --seed {seed} --seconds 60" + (
+        " --narrow-deletes" if narrow else ""
+    )
+    assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
+
+
+def test_a_seed_with_a_grow_and_a_shrink_replays_and_keeps_every_acknowledged_write() -> None:
+    """The spare joins and a member leaves, each walked through the steps by dht's own
+    driver while clients run and other faults strike; the history is judged, and the
+    final members are compared key by key."""
+    settings = Settings(seed=1, seconds=60, fault_kinds=WITH_CHANGES)
+    first = simulate(settings)
+    second = simulate(settings)
+    assert any(line.endswith("grow: node4 joins") for line in first.faults)
+    assert any("shrink:" in line and "leaves" in line for line in first.faults)
+    assert sum("through, members" in line for line in first.faults) == 2
+    assert first.ok, f"{first.verdict}\n{first.details}"
+    assert first.trace_hash == second.trace_hash
+    assert (first.verdict, first.faults) == (second.verdict, second.faults)
+
+
+@pytest.mark.parametrize("seed", [7, 58, 80])
+def test_a_change_the_driver_stopped_is_resumed_and_keeps_every_write(seed: int) -> None:
+    """Seeds where a node stayed silent past the driver's deadline mid-change: the same
+    change run again resumes from the least advanced node."""
+    result = simulate(Settings(seed=seed, seconds=60, fault_kinds=WITH_CHANGES))
+    assert any("the driver stopped" in line for line in result.faults)
+    replay = f"python -m dht.simulation --seed {seed} --faults {','.join(WITH_CHANGES)}"
+    assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
+
+
+@pytest.mark.parametrize("seed", range(33, 39))
+def test_a_seed_of_faults_and_membership_changes_keeps_every_acknowledged_write(
+    seed: int,
+) -> None:
+    narrow = seed % 2 == 0
+    result = simulate(
+        Settings(seed=seed, seconds=60, fault_kinds=WITH_CHANGES, narrow_deletes=narrow)
+    )
+    assert any("through, members" in line for line in result.faults)
+    replay = f"python -m dht.simulation --seed {seed} --faults {','.join(WITH_CHANGES)}" + (
         " --narrow-deletes" if narrow else ""
     )
     assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
