@@ -12,8 +12,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dht.model import topology
 from dht.model.clock import version_ms
 from dht.model.record import Record
+from dht.model.replicas import ReplicaCount, default_replicas
 from dht.replication import collector
 from dht.simulation import sim_node
 from dht.storage import store
@@ -103,12 +105,45 @@ def collect_waiting_for_its_replicas() -> contextlib.AbstractContextManager[None
     return _swapped(collector.Collector, "_collect", _collect)
 
 
+def joint_default_of_the_smaller_list() -> contextlib.AbstractContextManager[None]:
+    """During a change, a request without `replicas` needs the smaller list's default
+    quorum in both lists (and its record says `F` = that list's size): shrinking 5 -> 3,
+    2 of 3 in joint, while a node a step behind reads 3 of all 5 in stable(old), and the
+    two miss each other (SPEC 13.3, each list its own default)."""
+
+    def quorums(
+        self: topology.Topology, key: bytes, replicas: ReplicaCount | None
+    ) -> list[tuple[list[str], int]]:
+        smaller = min(len(ring) for ring in self.rings)
+        count = replicas or default_replicas(smaller)
+        plan = []
+        for ring in self.rings:
+            nodes = ring.replicas_for(key, count.from_)
+            plan.append((nodes, min(count.ack, len(nodes))))
+        return plan
+
+    def default_copies(self: topology.Topology) -> int:
+        return min(len(ring) for ring in self.rings)
+
+    return _swapped_both(quorums, default_copies)
+
+
+@contextlib.contextmanager
+def _swapped_both(quorums: Any, default_copies: Any) -> Iterator[None]:
+    with (
+        _swapped(topology.Topology, "quorums", quorums),
+        _swapped(topology.Topology, "default_copies", default_copies),
+    ):
+        yield
+
+
 DEFECTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "clock-from-zero": clock_from_zero,
     "ack-before-sync": ack_before_sync,
     "tombstone-by-version-time": tombstone_by_version_time,
     "collect-without-exchanges": collect_without_exchanges,
     "collect-waiting-for-its-replicas": collect_waiting_for_its_replicas,
+    "joint-default-of-the-smaller-list": joint_default_of_the_smaller_list,
 }
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dht.membership.driver import ChangeFailed, change_membership
 from dht.simulation.loop import VirtualLoop
 from dht.simulation.network import Network, Trace
-from dht.simulation.operator import OperatorSession
+from dht.simulation.operator import OPERATOR, OperatorSession
 from dht.simulation.sim_node import SimNode
 
 KINDS = (
@@ -75,6 +75,10 @@ class Nemesis:
         self._everyone = [*self._nodes, *self._spares]
         self._session = OperatorSession(network, self._everyone)
         self._change: asyncio.Task[None] | None = None
+        # With membership changes, the links to and from the driver's host are cut,
+        # slowed and reset like the others: a node the driver cannot reach stays a step
+        # behind while clients use it.
+        self._operator_links = any(kind in MEMBERSHIP_KINDS for kind in kinds)
         self._kinds = tuple(kinds)
         self._network = network
         self._loop = loop
@@ -117,6 +121,8 @@ class Nemesis:
             return
         node = rng.choice(free)
         others = [other.name for other in self._nodes if other is not node]
+        if self._operator_links:  # the operator's host is on the network too
+            others.append(OPERATOR)
         # Most faults are short; one in five outlasts a hint's age and a tombstone's grace.
         longest = 30.0 if rng.random() < 0.2 else 10.0
         duration = min(rng.uniform(0.5, longest), max(until - self._loop.time(), 0.1))
@@ -197,9 +203,15 @@ class Nemesis:
         else:
             if len(members) <= FEWEST_MEMBERS:
                 return
-            leaving = self._rng.choice(self._nodes)
-            new = [url for url in members if url != leaving.config.self_url]
-            self._note(f"shrink: {leaving.name} leaves")
+            # Two at once where three stay (5 -> 3: the lists' default quorums differ most).
+            count = self._rng.choice((1, 2)) if len(members) - 2 > FEWEST_MEMBERS else 1
+            if count == 1:
+                leaving = [self._rng.choice(self._nodes)]
+            else:
+                leaving = self._rng.sample(self._nodes, count)
+            names = {node.config.self_url for node in leaving}
+            new = [url for url in members if url not in names]
+            self._note(f"shrink: {', '.join(node.name for node in leaving)} leaves")
         while True:
             try:
                 await change_membership(
@@ -272,9 +284,12 @@ class Nemesis:
         for src, dst in list(self._cut):
             self._network.cut(src, dst, False)
         self._cut.clear()
+        names = [node.name for node in self._nodes]
+        hosts = [*names, OPERATOR] if self._operator_links else names
         for node in self._nodes:
-            for other in self._nodes:
-                self._network.link(node.name, other.name).base = self._network.base_delay
+            for other in hosts:
+                self._network.link(node.name, other).base = self._network.base_delay
+                self._network.link(other, node.name).base = self._network.base_delay
             if node.incarnation is not None and node.incarnation.paused:
                 self._resume(node)
             if not node.up:

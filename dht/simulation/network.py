@@ -180,6 +180,9 @@ class Network:
             raise ConnectionRefusedError(f"{dst} is down")
         _, owner, node = listener
         task: asyncio.Task[T] = self.loop.create_task(handler(node), context=owner.context())
+        # An error answer (a 503 while the node's repair loops are stopped) that comes after
+        # the caller gave up is an answer no one reads, not an error of the node's.
+        task.add_done_callback(_read_error)
         # A caller that gives up leaves the request running on the node, as a client that
         # hangs up does; and it must not wait for a crashed node's task to end.
         answer = await asyncio.shield(task)
@@ -296,3 +299,8 @@ class SimTransport(asyncio.Transport):
         if self._queue:
             due = max(self._queue[0][0], now)
             self._timer = loop.call_at(due, self._deliver, context=self.network.wire)
+
+
+def _read_error(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -3,6 +3,8 @@ with no fault passes the history checker, and so do a few dozen seeds of faults.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dht.simulation.faults import KINDS, MEMBERSHIP_KINDS
@@ -43,7 +45,7 @@ def test_a_seed_with_a_grow_and_a_shrink_replays_and_keeps_every_acknowledged_wr
     """The spare joins and a member leaves, each walked through the steps by dht's own
     driver while clients run and other faults strike; the history is judged, and the
     final members are compared key by key."""
-    settings = Settings(seed=1, seconds=60, fault_kinds=WITH_CHANGES)
+    settings = Settings(seed=2, seconds=60, fault_kinds=WITH_CHANGES)
     first = simulate(settings)
     second = simulate(settings)
     assert any(line.endswith("grow: node4 joins") for line in first.faults)
@@ -54,7 +56,7 @@ def test_a_seed_with_a_grow_and_a_shrink_replays_and_keeps_every_acknowledged_wr
     assert (first.verdict, first.faults) == (second.verdict, second.faults)
 
 
-@pytest.mark.parametrize("seed", [7, 58, 80])
+@pytest.mark.parametrize("seed", [7, 19])
 def test_a_change_the_driver_stopped_is_resumed_and_keeps_every_write(seed: int) -> None:
     """Seeds where a node stayed silent past the driver's deadline mid-change: the same
     change run again resumes from the least advanced node."""
@@ -64,7 +66,7 @@ def test_a_change_the_driver_stopped_is_resumed_and_keeps_every_write(seed: int)
     assert result.ok, f"{result.verdict}\n{result.details}\nreplay: {replay}"
 
 
-@pytest.mark.parametrize("seed", range(33, 39))
+@pytest.mark.parametrize("seed", range(37, 41))
 def test_a_seed_of_faults_and_membership_changes_keeps_every_acknowledged_write(
     seed: int,
 ) -> None:
@@ -106,6 +108,18 @@ def test_a_defect_put_back_is_found_within_a_few_seeds(defect: str, within: int)
     (`dht.simulation.defects`); the same seeds pass without them (the test above)."""
     found = first_failing_seed(defect, range(1, within + 1))
     assert found is not None, f"{defect} passed seeds 1..{within}"
+
+
+def test_the_joint_default_of_the_smaller_list_put_back_is_found() -> None:
+    """The defect a review found in the quorums of a change (SPEC 13.3: each list its own
+    default), put back: a delete acknowledged in a change from 3 nodes to 2 is undone.
+    Found with 5 nodes (a shrink may take 2 at once) at seed 48 of 1..60; the same seed
+    passes without it. Pinned, as a search of 48 seeds would cost CI 25 s."""
+    settings = Settings(seed=48, seconds=60, nodes=5, fault_kinds=WITH_CHANGES)
+    assert simulate(settings).ok
+    defect = simulate(dataclasses.replace(settings, defect="joint-default-of-the-smaller-list"))
+    assert not defect.ok
+    assert "undone=1" in defect.verdict
 
 
 def test_a_failing_seed_shrinks_to_a_shorter_run_that_still_fails() -> None:
