@@ -6,13 +6,16 @@ Real: `Storage` (put-if-newer, the digest index, the group commit, collection), 
 deadlines (`PendingCall`), the replica channel's both ends (`ReplicaChannel`,
 `ServerConnection`, the codec, the handshake and proof), `LocalReplica`, the
 `Coordinator` with its tally and read repair, `HintStore`/`HintDelivery`,
-`AntiEntropy` with its Merkle trees, `Collector` and `FenceWatch`.
+`AntiEntropy` with its Merkle trees and `Collector` (in `RepairLoops`), `FenceWatch`,
+and for membership changes `StepApplier`, `Rebalance` and `MembershipApi`.
 
 Simulated: the bytes under the channel (`dht.simulation.network`), the database and
 the writer thread under `Storage` (`dht.simulation.disk`), and the node's two internal
 HTTP requests, each answered by the code behind its route (`SimPeer`): the
 anti-entropy exchange (`AntiEntropy.answer`) and the membership step with the clock
-header (what `MembershipApi.show` answers). The HTTP edge is not run: a client's
+header (what `MembershipApi.show` answers); and the operator's requests a change's
+driver sends (`admin`: `MembershipApi`'s GET and PUT of the step, the membership part
+of `/v0/status`). The HTTP edge is not run: a client's
 request reaches `Coordinator` as `ClientApi` would call it, refused while fenced as
 `HttpServer` refuses it.
 """
