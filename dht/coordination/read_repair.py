@@ -50,9 +50,11 @@ class Repairer:
                 return
             stored.add_done_callback(functools.partial(self._repaired, url, key))
             return
-        self._peers[url].put(key, record).add_done_callback(
-            functools.partial(self._repaired, url, key)
-        )
+        peer = self._peers.get(url)
+        if peer is None:  # a step retired it since the read: it is no one's replica now
+            log.debug("read repair of %r skipped: %s left the membership", key, url)
+            return
+        peer.put(key, record).add_done_callback(functools.partial(self._repaired, url, key))
 
     def _repaired(self, url: str, key: bytes, future: asyncio.Future[bool]) -> None:
         if future.cancelled():
