@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from dht.config import NodeConfig
 from dht.coordination.coordinator import Coordinator
-from dht.coordination.outcome import Outcome, Status
+from dht.coordination.outcome import Outcome
 from dht.limits import MESSAGE_OVERHEAD
 from dht.membership.api import MembershipApi
 from dht.membership.rebalance import Rebalance
@@ -55,19 +55,10 @@ from dht.transport.handshakes import Handshakes
 from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer, Peers
 from dht.transport.wire import CLOCK_HEADER, EXCHANGE_PATH, TOPOLOGY_PATH
+from dht.web.client_api import STATUS_CODES
 
 _log = logging.getLogger(__name__)
 
-# What the HTTP edge answers for each outcome (`dht.web.client_api`).
-STATUS_CODES = {
-    Status.FOUND: 200,
-    Status.NOT_FOUND: 404,
-    Status.STORED: 201,
-    Status.DELETED: 202,
-    Status.NOT_ENOUGH_REPLICAS: 504,
-    Status.INSUFFICIENT_STORAGE: 507,
-    Status.UNAVAILABLE: 503,
-}
 
 STATUS_PATH = "/v0/status"
 

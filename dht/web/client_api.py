@@ -39,7 +39,7 @@ from dht.web.server import (
 
 log = logging.getLogger(__name__)
 
-_STATUS_CODES = {
+STATUS_CODES = {
     Status.FOUND: 200,
     Status.NOT_FOUND: 404,
     Status.STORED: 201,
@@ -61,7 +61,7 @@ _REASONS = {
 
 # The answers that never change, built once.
 _FIXED_REPLIES = {
-    status: plain(_STATUS_CODES[status], reason)
+    status: plain(STATUS_CODES[status], reason)
     for status, reason in _REASONS.items()
     if status is not Status.UNAVAILABLE
 }
