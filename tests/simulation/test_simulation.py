@@ -4,6 +4,7 @@ with no fault passes the history checker, and so do a few dozen seeds of faults.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -12,6 +13,9 @@ from dht.simulation.run import Settings, shrink, simulate
 
 # Every kind of fault, and membership changes (a spare node joins, a member leaves).
 WITH_CHANGES = KINDS + MEMBERSHIP_KINDS
+# Seeds of faults CI runs (about 0.5 s each); DHT_SIM_SEEDS=2000 for a long run (the
+# command line explores further: python -m dht.simulation --seeds 1..10000).
+SEEDS = int(os.environ.get("DHT_SIM_SEEDS", "30"))
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
@@ -30,9 +34,9 @@ def test_a_cluster_without_faults_keeps_every_acknowledged_write() -> None:
     assert result.ok, result.verdict + "\n" + result.details
 
 
-@pytest.mark.parametrize("seed", range(1, 31))
+@pytest.mark.parametrize("seed", range(1, SEEDS + 1))
 def test_a_seed_of_faults_keeps_every_acknowledged_write(seed: int) -> None:
-    narrow = seed > 15  # half of them with tombstones narrower than the values
+    narrow = seed % 2 == 0  # half of them with tombstones narrower than the values
     result = simulate(Settings(seed=seed, seconds=60, narrow_deletes=narrow))
     assert result.faults
     replay = f"python -m dht.simulation --seed {seed} --seconds 60" + (
