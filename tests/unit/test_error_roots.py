@@ -17,7 +17,7 @@ from dht.coordination.coordinator import Status
 from dht.storage.disk import DiskFull, StorageError
 from dht.transport.messages import LocalTransportError, RemoteTransportError, TransportError
 from dht.web.admission import BodyTooSlow, ClientRequestError
-from dht.web.client_api import _STATUS_CODES
+from dht.web.client_api import STATUS_CODES
 from dht.web.server import BadRequest, HttpServer, Params, PayloadTooLarge, Refused, Route, plain
 
 ROOTS = (
@@ -138,4 +138,4 @@ async def test_the_edge_answers_each_client_error_with_the_status_it_carries() -
 
 
 def test_a_full_disk_carries_what_a_client_write_refused_for_space_is_answered() -> None:
-    assert DiskFull.status == _STATUS_CODES[Status.INSUFFICIENT_STORAGE] == 507
+    assert DiskFull.status == STATUS_CODES[Status.INSUFFICIENT_STORAGE] == 507
