@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from dht.simulation.faults import KINDS, MEMBERSHIP_KINDS
+from dht.simulation.faults import CLOCK_KINDS, KINDS, MEMBERSHIP_KINDS
 from dht.simulation.run import Result, Settings, shrink, simulate
 
 
@@ -26,7 +26,7 @@ def _seeds(text: str) -> range:
 
 def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(text.split(","))
-    unknown = [kind for kind in kinds if kind not in KINDS + MEMBERSHIP_KINDS]
+    unknown = [kind for kind in kinds if kind not in KINDS + MEMBERSHIP_KINDS + CLOCK_KINDS]
     if unknown or not kinds:
         raise argparse.ArgumentTypeError(f"not a kind of fault: {', '.join(unknown)}")
     return kinds
@@ -53,12 +53,18 @@ def parser() -> argparse.ArgumentParser:
         type=_kinds,
         default=KINDS,
         help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)}; "
-        f"also {', '.join(MEMBERSHIP_KINDS)}: a spare node joins, a member leaves)",
+        f"also {', '.join(MEMBERSHIP_KINDS)}: a spare node joins, a member leaves; "
+        f"{', '.join(CLOCK_KINDS)}: a node's clock behind while another is cut off)",
     )
     parser.add_argument(
         "--narrow-deletes",
         action="store_true",
         help="one DELETE in two at replicas=2/2 (tombstones narrower than the values)",
+    )
+    parser.add_argument(
+        "--write-once",
+        action="store_true",
+        help="one request in three on a client's own keys, each written once and deleted later",
     )
     parser.add_argument(
         "--shrink", action="store_true", help="shrink a failing seed to a shorter failing run"
@@ -82,6 +88,8 @@ def _replay(args: argparse.Namespace, seed: int, settings: Settings | None = Non
         command += " --no-faults"
     if args.narrow_deletes:
         command += " --narrow-deletes"
+    if args.write_once:
+        command += " --write-once"
     if args.defect:
         command += f" --defect {args.defect}"
     return command
@@ -97,6 +105,7 @@ def _settings(args: argparse.Namespace, seed: int) -> Settings:
         faults=not args.no_faults,
         fault_kinds=tuple(args.faults),
         narrow_deletes=args.narrow_deletes,
+        write_once=args.write_once,
         defect=args.defect,
     )
 

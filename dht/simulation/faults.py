@@ -20,6 +20,12 @@ and healed, a few at a time, until the load ends; then everything is healed at o
   (`dht.simulation.operator`), while the clients run and the other faults strike; a
   change the driver stops (a node silent too long) is run again until it is through.
   One change at a time; a removed node is stopped once the change is through.
+- behind-then-cut (`CLOCK_KINDS`, drawn only when asked for): a node's clock stepped
+  behind (1.0-1.9 s, within the drift bound, so the fence lets it serve), then the node
+  cut off from the others for longer than a tombstone's grace: a delete it coordinated
+  while it had heard no newer version has a version older than its arrival at the other
+  replicas. Made to find the defect `tombstone-by-version-time`; it does not yet (see
+  the commit message).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ KINDS = (
     "power",
 )
 MEMBERSHIP_KINDS = ("grow", "shrink")
+CLOCK_KINDS = ("behind-then-cut",)
 # The fewest members a shrink leaves.
 FEWEST_MEMBERS = 2
 # Seconds before a change the driver stopped is run again.
@@ -178,6 +185,20 @@ class Nemesis:
             await asyncio.sleep(down)
             self._note(f"restart {node.name}")
             node.start()
+            self._busy.discard(node.name)
+        elif kind == "behind-then-cut":
+            self._busy.add(node.name)
+            behind = -rng.uniform(1.0, 1.9)
+            self._note(f"clock of {node.name} stepped to {behind * 1000:+.0f} ms")
+            self._set_offset(node, behind)
+            await asyncio.sleep(rng.uniform(0.5, 5.0))
+            links = [(node.name, other) for other in others] + [
+                (other, node.name) for other in others
+            ]
+            cut = rng.uniform(12.0, 30.0)
+            await self._cut_for(links, cut, f"partition {node.name} from the others")
+            self._set_offset(node, 0.0)
+            self._note(f"clock of {node.name} back to true time")
             self._busy.discard(node.name)
         elif kind == "clock":
             self._busy.add(node.name)

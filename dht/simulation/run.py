@@ -46,6 +46,7 @@ class Settings:
     faults: bool = True
     fault_kinds: tuple[str, ...] = KINDS
     narrow_deletes: bool = False  # one DELETE in two at replicas=2/2
+    write_once: bool = False  # keys written once, deleted later, never written again
     defect: str | None = None  # a known defect put back (`dht.simulation.defects`)
 
     @property
@@ -154,6 +155,7 @@ async def _main(loop: VirtualLoop, settings: Settings, folder: Path, problems: l
             history,
             trace,
             settings.narrow_deletes,
+            settings.write_once,
         )
         for i in range(settings.clients)
     ]

@@ -29,10 +29,13 @@ class Client:
         history: list[Op],
         trace: Trace,
         narrow_deletes: bool = False,
+        write_once: bool = False,
     ) -> None:
         """`narrow_deletes`: one DELETE in two at `replicas=2/2`, on keys written at the
         default (every node): tombstones whose `F` is narrower than the values they
-        delete."""
+        delete. `write_once`: one request in three on a key of this client's own,
+        written once, deleted a while later and never written again: a value that
+        comes back after its delete is not hidden by a later write of the key."""
         self.name = f"client{number}"
         self._nodes = nodes
         self._network = network
@@ -43,6 +46,8 @@ class Client:
         self._trace = trace
         self._sent = 0
         self._narrow_deletes = narrow_deletes
+        self._write_once = write_once
+        self._written_once: list[str] = []  # its own keys written, not deleted yet
 
     async def run(self, until: float) -> None:
         loop = asyncio.get_running_loop()
@@ -58,6 +63,8 @@ class Client:
         draw = rng.random()
         kind = Kind.PUT if draw < 0.45 else Kind.GET if draw < 0.85 else Kind.DELETE
         key = f"k{rng.randrange(self._keys)}"
+        if self._write_once and rng.random() < 1 / 3:
+            kind, key = self._once(rng)
         replicas = None
         if kind is Kind.DELETE and self._narrow_deletes and rng.random() < 0.5:
             replicas = "2/2"
@@ -85,3 +92,12 @@ class Client:
         op = Op(kind, key, value, invoked, completed, status, node=node.name, replicas=replicas)
         self._history.append(op)
         self._trace.add("op", kind.value, key, value, invoked, completed, status, node.name)
+
+    def _once(self, rng: random.Random) -> tuple[Kind, str]:
+        """The next request on the client's write-once keys: the oldest one deleted
+        (one time in two, when there is one), or a new one written."""
+        if self._written_once and rng.random() < 0.5:
+            return Kind.DELETE, self._written_once.pop(0)
+        key = f"{self.name}-once{self._sent + 1}"
+        self._written_once.append(key)
+        return Kind.PUT, key

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from dht.simulation.faults import KINDS, MEMBERSHIP_KINDS
+from dht.simulation.faults import CLOCK_KINDS, KINDS, MEMBERSHIP_KINDS
 from dht.simulation.run import Settings, shrink, simulate
 
 # Every kind of fault, and membership changes (a spare node joins, a member leaves).
@@ -133,3 +133,22 @@ def test_a_failing_seed_shrinks_to_a_shorter_run_that_still_fails() -> None:
     assert shrunk.seconds <= failing.seconds
     assert set(shrunk.fault_kinds) <= set(failing.fault_kinds)
     assert not simulate(shrunk).ok
+
+
+def test_a_coordinator_behind_then_cut_off_keeps_every_acknowledged_write() -> None:
+    """A node's clock behind within the bound, then the node cut off past a tombstone's
+    grace, with keys written once and deleted later: deletes through it are versioned
+    behind their arrival elsewhere, and no deleted value comes back."""
+    settings = Settings(
+        seed=1,
+        seconds=60,
+        think=0.5,
+        fault_kinds=CLOCK_KINDS,
+        narrow_deletes=True,
+        write_once=True,
+    )
+    result = simulate(settings)
+    assert any("partition" in line for line in result.faults)
+    assert any("stepped to -" in line for line in result.faults)
+    assert result.operations > 50
+    assert result.ok, f"{result.verdict}\n{result.details}"
