@@ -9,7 +9,8 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -49,6 +50,58 @@ from dht.web.server import HttpServer, Route
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaParts:
+    """What a node runs over its storage, clock, membership and peers to coordinate
+    requests, serve as a replica, repair replicas and take membership steps, wired to each
+    other. Built here for `Node` and for the simulator's node (`dht.simulation`), so both
+    run the same wiring."""
+
+    hints: HintStore
+    hint_delivery: HintDelivery
+    coordinator: Coordinator
+    local_replica: LocalReplica
+    rebalance: Rebalance
+    repair_loops: RepairLoops
+    steps: StepApplier
+
+    @classmethod
+    def build(
+        cls,
+        config: NodeConfig,
+        storage: Storage,
+        membership: Membership,
+        peers: Peers,
+        clock: HybridClock,
+        answer_exchanges: Callable[[ExchangeAnswerer | None], None],
+        observe_calls: Callable[[Iterable[Peer]], None],
+    ) -> ReplicaParts:
+        """`answer_exchanges` is told what answers a peer's anti-entropy exchange (the
+        repair loops' hook); `observe_calls`, the peers a membership step adds."""
+        hints = HintStore(
+            storage.hints, storage.disk, config.hint_max_bytes, hint_max_age(config), wall_clock_ms
+        )
+        hint_delivery = HintDelivery(hints, peers, config.hint_interval)
+        coordinator = Coordinator(config, storage, membership, peers, clock, hints)
+        local_replica = LocalReplica(storage, clock, config.secret, membership)
+        rebalance = Rebalance(
+            config.self_url, config.data_dir, storage, membership, peers, config.handoff_rate
+        )
+        repair_loops = RepairLoops(config, storage, membership, peers, clock, answer_exchanges)
+        steps = StepApplier(
+            config.self_url,
+            membership,
+            peers,
+            repair_loops,
+            rebalance,
+            coordinator,
+            config.timeout,
+            observe_calls,
+        )
+        local_replica.on_stored = steps.hand_off_if_not_owned
+        return cls(hints, hint_delivery, coordinator, local_replica, rebalance, repair_loops, steps)
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -83,17 +136,6 @@ class Node:
             self.budget,
             self.tls.client if self.tls is not None else None,
         )
-        self.hints = HintStore(
-            self.storage.hints,
-            self.storage.disk,
-            config.hint_max_bytes,
-            hint_max_age(config),
-            wall_clock_ms,
-        )
-        self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
-        self.coordinator = Coordinator(
-            config, self.storage, self.membership, self.peers, self.clock, self.hints
-        )
         self.internal = InternalApi(
             config.self_url,
             self.storage,
@@ -101,34 +143,22 @@ class Node:
             self.membership,
             self.tls.refusals if self.tls is not None else None,
         )
-        self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
-        self.rebalance = Rebalance(
-            config.self_url,
-            config.data_dir,
-            self.storage,
-            self.membership,
-            self.peers,
-            config.handoff_rate,
-        )
-        self.repair_loops = RepairLoops(
+        parts = ReplicaParts.build(
             config,
             self.storage,
             self.membership,
             self.peers,
             self.clock,
             self._answer_exchanges,
-        )
-        self.steps = StepApplier(
-            config.self_url,
-            self.membership,
-            self.peers,
-            self.repair_loops,
-            self.rebalance,
-            self.coordinator,
-            config.timeout,
             self._observe_calls,
         )
-        self.local_replica.on_stored = self.steps.hand_off_if_not_owned
+        self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
+        self.coordinator, self.local_replica = parts.coordinator, parts.local_replica
+        self.rebalance, self.repair_loops, self.steps = (
+            parts.rebalance,
+            parts.repair_loops,
+            parts.steps,
+        )
         self.body_pace = BodyPace(config.min_body_rate)
         client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
         admin = MembershipApi(self.membership, self.steps, self._guard_step, self.clock.wall_ms)

@@ -30,19 +30,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from dht.config import NodeConfig
-from dht.coordination.coordinator import Coordinator
 from dht.coordination.outcome import Outcome
 from dht.limits import MESSAGE_OVERHEAD
 from dht.membership.api import MembershipApi
-from dht.membership.rebalance import Rebalance
-from dht.membership.step import StepApplier
 from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import RateLimitedLog
 from dht.model.replicas import ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
+from dht.node import ReplicaParts
 from dht.replication.fence import FenceWatch
-from dht.replication.hints import HintDelivery, HintStore, hint_max_age
-from dht.replication.repair_loops import RepairLoops
 from dht.simulation.disk import SimDisk
 from dht.simulation.loop import Incarnation, VirtualLoop
 from dht.simulation.network import Network
@@ -52,7 +48,6 @@ from dht.storage.store import Storage
 from dht.transport.channel import PeerError
 from dht.transport.channel_server import ServerConnection
 from dht.transport.handshakes import Handshakes
-from dht.transport.local_replica import LocalReplica
 from dht.transport.peers import Peer, Peers
 from dht.transport.wire import CLOCK_HEADER, EXCHANGE_PATH, TOPOLOGY_PATH
 from dht.web.client_api import STATUS_CODES
@@ -228,41 +223,23 @@ class SimNode:
         self.peers = SimPeers(
             self.network, config, self.membership.state.members, self.membership.identity
         )
-        self.hints = HintStore(
-            self.storage.hints,
-            self.storage.disk,
-            config.hint_max_bytes,
-            hint_max_age(config),
-            wall_clock_ms,
-        )
-        self.hint_delivery = HintDelivery(self.hints, self.peers, config.hint_interval)
-        self.coordinator = Coordinator(
-            config, self.storage, self.membership, self.peers, self.clock, self.hints
-        )
-        self.local_replica = LocalReplica(self.storage, self.clock, config.secret, self.membership)
-        self.rebalance = Rebalance(
-            config.self_url,
-            config.data_dir,
+        self.exchange_answerer = None
+        parts = ReplicaParts.build(
+            config,
             self.storage,
             self.membership,
             self.peers,
-            config.handoff_rate,
-        )
-        self.exchange_answerer = None
-        self.repair_loops = RepairLoops(
-            config, self.storage, self.membership, self.peers, self.clock, self._answer_exchanges
-        )
-        self.steps = StepApplier(
-            config.self_url,
-            self.membership,
-            self.peers,
-            self.repair_loops,
-            self.rebalance,
-            self.coordinator,
-            config.timeout,
+            self.clock,
+            self._answer_exchanges,
             lambda _: None,
         )
-        self.local_replica.on_stored = self.steps.hand_off_if_not_owned
+        self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
+        self.coordinator, self.local_replica = parts.coordinator, parts.local_replica
+        self.rebalance, self.repair_loops, self.steps = (
+            parts.rebalance,
+            parts.repair_loops,
+            parts.steps,
+        )
         self.admin_api = MembershipApi(self.membership, self.steps, _body_of, self.clock.wall_ms)
         self.fenced = None
         self.fence = FenceWatch(
