@@ -88,6 +88,8 @@ def node_status(node: StatusSource) -> dict[str, Any]:
             "grace": node.config.tombstone_grace,
             "collected": node.repair_loops.collector.collected,
             "passes": node.repair_loops.collector.passes,
+            # Collection holds until the change that made this ring is closed (SPEC 13.3).
+            "waiting_for": node.repair_loops.waiting_for,
         },
         "peers": {
             url: peer.status()

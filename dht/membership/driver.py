@@ -5,7 +5,9 @@
 one step at a time, going on only when *every* node of old and new has taken the step
 (`PUT /v0/admin/topology`, dht/membership/api.py), so no two nodes are ever more than
 one step apart, and after the two handoff steps only when every node reports its handoff
-done. A node that does not answer at all stops the change within `no_answer_deadline`
+done. Then it closes the change: the same stable step with no node draining, which lets
+tombstone collection start again (SPEC 13.3) and shuts out the nodes that left. A node
+that does not answer at all stops the change within `no_answer_deadline`
 (10 s), where it is, saying which; one that answers but is busy (draining, handing off)
 is waited for up to `step_deadline`. Run the same change again and it reads the step of
 every node of old and new and resumes from the least advanced one
@@ -33,6 +35,7 @@ from dht.model.ring import Ring
 from dht.model.topology import (
     HANDOFF,
     JOINT,
+    STABLE,
     TopologyState,
     UnclearChange,
     data_at_risk,
@@ -118,7 +121,9 @@ async def _change_via(
             f"{', '.join(sorted(lost))} (dead) first, then removing it"
         )
         old, steps = _steps(states, list(going_to))
-        finished = await _drive(session, old, list(going_to), gone, steps, deadlines, say)
+        finished = await _drive(
+            session, old, list(going_to), gone, _left(states), steps, deadlines, say
+        )
         gone = sorted(lost)  # the others are out of the cluster now
         states = await _steps_of_every_node(session, via, new, gone, no_answer_deadline)
         report = await _change(session, states, new, gone, accept_loss, deadlines, say)
@@ -130,10 +135,16 @@ async def _change_via(
 
 
 def _change_under_way(states: Collection[TopologyState]) -> tuple[str, ...] | None:
-    """The node list a change the nodes are in goes to (None: they are stable)."""
+    """The node list a change the nodes are in goes to (None: they are stable, and the
+    last change is closed). A change every node went through is under way until it is
+    closed (SPEC 13.3): a node of its new list lost before then is named dead by
+    finishing it without that node, then removing it."""
     for state in states:
         if state.next is not None and not state.joining_seed:
             return state.next
+    for state in states:
+        if state.next is None and not state.closed:
+            return state.current
     return None
 
 
@@ -163,13 +174,19 @@ async def _change(
         raise ChangeFailed(
             f"{', '.join(unknown)} is named dead but is no node of the cluster: {', '.join(old)}"
         )
-    if gone or accept_loss:
+    # From the stable step on, every node's handoff step was complete: nothing is at risk.
+    if (gone or accept_loss) and steps[0].phase != STABLE:
         vnodes = await _vnodes(session, sorted(states))
         _check_risk(old, new, gone, vnodes, accept_loss, say)
     before = steps[-1].epoch - 3  # the epoch of stable(old)
     if any(state.epoch > before for state in states.values()):
         say(f"resuming at step {steps[0].phase} (epoch {steps[0].epoch})")
-    return await _drive(session, old, new, gone, steps, deadlines, say)
+    return await _drive(session, old, new, gone, _left(states), steps, deadlines, say)
+
+
+def _left(states: dict[str, TopologyState]) -> set[str]:
+    """Every node some node knows left the cluster in an earlier change."""
+    return {url for state in states.values() for url in state.left}
 
 
 async def _drive(
@@ -177,15 +194,21 @@ async def _drive(
     old: tuple[str, ...],
     new: list[str],
     gone: list[str],
+    left: set[str],
     steps: list[TopologyState],
     deadlines: tuple[float, float],
     say: Callable[[str], None],
 ) -> ChangeReport:
     """Takes `steps` on every node of the change but the dead ones, waiting for each
-    handoff."""
+    handoff, then closes the change. `left`: the nodes earlier changes removed, which
+    the joint step tells a node that joins."""
     step_deadline, no_answer_deadline = deadlines
     dead = tuple(url for url in gone if url in old or url in new)
-    steps = [step if step.next is None else replace(step, dead=dead) for step in steps]
+    # Who left in earlier changes, for a node that joins: it refuses them too (SPEC 13.9).
+    steps = [
+        step if step.next is None else replace(step, dead=dead, left=tuple(left - step.members))
+        for step in steps
+    ]
     nodes = sorted((set(old) | set(new)) - set(gone))
     report = ChangeReport(list(old), new)
     for step in steps:
@@ -209,6 +232,9 @@ async def _drive(
                         "new owners refused as too far ahead of their clocks (see its log)"
                     )
         report.step_seconds[step.phase] = time.monotonic() - began
+    closing = replace(steps[-1], draining=())
+    await _take_everywhere(session, nodes, closing, step_deadline, no_answer_deadline)
+    say("  closed: tombstone collection starts again, and the nodes that left are shut out")
     return report
 
 
@@ -233,7 +259,10 @@ async def _steps_of_every_node(
         raise ChangeFailed("no node answered: " + "; ".join(errors.values()))
     until = time.monotonic() + deadline
     while True:
-        wanted = set(new).union(*(state.members for state in states.values())) - set(dead)
+        # The nodes draining too: a change over but not closed waits for their handoffs.
+        wanted = set(new).union(
+            *(state.members | set(state.draining or ()) for state in states.values())
+        ) - set(dead)
         missing = sorted(wanted - states.keys())
         if not missing:
             return states
@@ -242,10 +271,16 @@ async def _steps_of_every_node(
         silent = [url for url in missing if url not in states]
         if silent:
             if time.monotonic() > until:
+                unclosed = any(not state.closed for state in states.values())
                 raise ChangeFailed(
                     f"{', '.join(silent)} did not answer within {deadline:.0f} s ("
                     + "; ".join(errors[url] for url in silent)
-                    + "): no step was taken, the cluster serves on as it was. "
+                    + "): "
+                    + (
+                        "the last change is not closed, and no tombstone is collected until it is. "
+                        if unclosed
+                        else "no step was taken, the cluster serves on as it was. "
+                    )
                     + _dead_hint(silent, new)
                 )
             await asyncio.sleep(POLL)
@@ -355,7 +390,7 @@ async def _take_everywhere(
                         del waiting[url]
                         continue
                     reason = (await response.text()).strip()
-                    if response.status in (403, 409):
+                    if response.status in (400, 403, 409):  # asking again changes nothing
                         raise ChangeFailed(f"{url} refused the step: {reason}")
                     waiting[url] = reason
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -389,7 +424,10 @@ def _stop_if_silent(
             f"{', '.join(silent)} did not answer for {deadline:.0f} s ("
             + "; ".join(why[url] for url in silent)
             + f"): the change stopped at step {step.phase} (epoch {step.epoch}), which the "
-            "nodes serve in. " + _dead_hint(silent, new)
+            "nodes serve in"
+            + (", not closed: no tombstone is collected until it is" if step.next is None else "")
+            + ". "
+            + _dead_hint(silent, new)
         )
 
 

@@ -23,7 +23,7 @@ exhaustively on small clusters.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dht.config import normalize_url
@@ -141,17 +141,37 @@ class TopologyState:
     hand nothing off and are handed nothing, so the nodes that stay hand off the records
     they held, from the copies they have. Most leave; one of `next` is a node that was
     to stay and was lost mid-change, removed by a change right after this one. Part of
-    a change, not of its step: the same step with more dead nodes is the same step."""
+    a change, not of its step: the same step with more dead nodes is the same step.
+
+    `left`: the nodes changes removed, carried from step to step until a step lists one
+    again (wiped and joined anew): once the change that removed it is closed, a node
+    that left is refused as a replica, whatever ring it says it is on, in every later
+    step (SPEC 13.3, 13.9). Its own last step places keys by the ring the cluster went
+    on with, so the next change's steps would share a ring with it, and it may still
+    hold values older than tombstones collected since.
+
+    `draining`, in the stable step that ends a change: the live nodes of the change
+    whose last handoff is not confirmed yet, which may still hold records they do not
+    own. While any is, tombstone collection waits: a node that still holds an older
+    value would bring it back once the tombstone is gone. The change is closed when the
+    driver saw every handoff done (or named the silent ones dead): the same step with
+    `draining` empty. Like `dead`, part of the change, not of its step."""
 
     epoch: int
     phase: str
     current: tuple[str, ...]
     next: tuple[str, ...] | None = None
     dead: tuple[str, ...] = ()
+    left: tuple[str, ...] = ()
+    # None: not said (a proposal that leaves it as it is; a node never in a change).
+    draining: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "current", tuple(sorted(self.current)))
         object.__setattr__(self, "dead", tuple(sorted(set(self.dead))))
+        object.__setattr__(self, "left", tuple(sorted(set(self.left))))
+        if self.draining is not None:
+            object.__setattr__(self, "draining", tuple(sorted(set(self.draining))))
         if self.next is not None:
             object.__setattr__(self, "next", tuple(sorted(self.next)))
         if self.phase not in PHASES:
@@ -170,6 +190,25 @@ class TopologyState:
             raise ValueError("a dead node must be one of the nodes of the change")
         if self.next is not None and set(self.next) <= set(self.dead):
             raise ValueError("every node of the new list is dead")
+        if self.draining is not None and self.next is not None:
+            raise ValueError("draining nodes are named only in a stable step")
+        if set(self.left) & self.members:
+            raise ValueError("a node that left cannot be one of the step's nodes")
+
+    @property
+    def closed(self) -> bool:
+        """Whether no node of the last change may still hold records it does not own:
+        tombstone collection may run (rule 9.10)."""
+        return not self.draining
+
+    def refuses_replica(self, sender: str) -> bool:
+        """Whether a replica call from `sender` is refused whatever ring it says it is
+        on: a node named dead in this change, or one that left, once the change that
+        removed it is closed. Either may come back with older values than the
+        tombstones collected since."""
+        if sender in self.dead:
+            return True
+        return sender in self.left and sender not in (self.draining or ())
 
     def placement(self, vnodes: int) -> Topology:
         return Topology(
@@ -189,6 +228,29 @@ class TopologyState:
 
     def same_step(self, other: TopologyState) -> bool:
         return (self.phase, self.current, self.next) == (other.phase, other.current, other.next)
+
+    def successor(self, proposed: TopologyState) -> TopologyState:
+        """The state this node takes for `proposed` (raises BadTransition unless it is
+        this step again or the one after it, `check_successor`). The node decides what
+        a stable step ends: coming from a handoff, the nodes that left and the ones
+        draining are the change's, whatever the proposal says; the same stable step
+        again can only shorten `draining` (a node confirmed drained, or named dead,
+        never drains again)."""
+        self.check_successor(proposed)
+        # Who left stays known (the proposal may tell a node that joins), but a node
+        # the step lists is a member again.
+        left = (set(self.left) | set(proposed.left)) - proposed.members
+        if proposed.phase != STABLE:
+            return replace(proposed, left=tuple(left))
+        if self.phase == HANDOFF:
+            assert self.next is not None
+            live = (set(self.current) | set(self.next)) - set(self.dead)
+            left |= set(self.current) - set(self.next)
+            return replace(proposed, left=tuple(left), draining=tuple(live))
+        draining = self.draining
+        if draining is not None and proposed.draining is not None:
+            draining = tuple(set(draining) & set(proposed.draining))
+        return replace(proposed, left=tuple(left), draining=draining)
 
     def check_successor(self, proposed: TopologyState) -> None:
         """Raises BadTransition unless `proposed` is this state again or the step after it:
@@ -211,6 +273,13 @@ class TopologyState:
                 f"a {self.phase} node can only go to {allowed}, not {proposed.phase}"
             )
         if self.phase == STABLE:
+            if self.draining:
+                raise BadTransition(
+                    "the last change is not closed: "
+                    + ", ".join(self.draining)
+                    + " may still hold records to hand off; run that change again to "
+                    "close it (with --dead naming a node of it gone for good)"
+                )
             if proposed.current != self.current:
                 raise BadTransition("a joint state's current nodes must be this node's nodes")
             if proposed.next == self.current:
@@ -230,6 +299,10 @@ class TopologyState:
         }
         if self.dead:  # only in a change that removes nodes gone for good
             state["dead"] = list(self.dead)
+        if self.left:  # only once a change removed nodes
+            state["left"] = list(self.left)
+        if self.draining is not None:  # after a change: empty once it is closed
+            state["draining"] = list(self.draining)
         return state
 
     @classmethod
@@ -237,7 +310,7 @@ class TopologyState:
         """Raises ValueError for anything that is not a well-formed state."""
         if not isinstance(data, dict):
             raise ValueError("a topology state is a JSON object")
-        unknown = set(data) - {"epoch", "phase", "current", "next", "dead"}
+        unknown = set(data) - {"epoch", "phase", "current", "next", "dead", "left", "draining"}
         if unknown:
             raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
         epoch = data.get("epoch")
@@ -249,6 +322,8 @@ class TopologyState:
             _node_list(data.get("current"), "current"),
             None if data.get("next") is None else _node_list(data["next"], "next"),
             _node_list(data.get("dead", []), "dead"),
+            _node_list(data.get("left", []), "left"),
+            None if data.get("draining") is None else _node_list(data["draining"], "draining"),
         )
 
 
@@ -300,7 +375,10 @@ def steps_to_resume(
     step ahead, the step before was complete everywhere, handoff included: the change
     goes on from the most advanced step, which the nodes behind take and the ones ahead
     take again (a 200 that changes nothing). When all are in one step, that step is
-    taken again, so that a handoff interrupted there is waited for."""
+    taken again, so that a handoff interrupted there is waited for. When every node is
+    in stable(new) but the change is not closed (some node still lists nodes draining),
+    that step is taken again, so that the driver waits for their handoffs and closes
+    it; the old list is then the new one and the nodes draining."""
     target = tuple(sorted(new))
     # Nodes started with --join take whatever joint step comes (`check_successor`):
     # their seeds say nothing of where the change stands, unless only they answer.
@@ -319,8 +397,12 @@ def steps_to_resume(
             )
     else:
         lists = {state.current for state in states} - {target}
-        if not lists:
-            return target, []  # every node is in stable(new)
+        if not lists:  # every node is in stable(new): the change is over once closed
+            draining = {url for state in states for url in state.draining or ()}
+            if not draining:
+                return target, []
+            epoch = max(state.epoch for state in states)
+            return tuple(sorted(set(target) | draining)), [TopologyState(epoch, STABLE, target)]
         if len(lists) > 1:
             raise UnclearChange(
                 "the nodes are stable on different node lists: "

@@ -2,7 +2,10 @@
 membership is stable, over the current ring, with Merkle trees loaded from a snapshot
 taken as they are made. Between two rings a tree shared with a peer has no meaning, and
 a tombstone collected then could let a handed-off value come back; so a membership step
-stops them, and the step that makes the membership stable again makes fresh ones."""
+stops them, and the step that makes the membership stable again makes fresh ones.
+Collection waits longer: until the change is closed, since a node that left, or one
+that has not finished handing off what it no longer owns, may still hold an older value
+(found by the simulator, seed 286)."""
 
 from __future__ import annotations
 
@@ -75,9 +78,23 @@ class RepairLoops:
         self.anti_entropy, self.collector = self._made()
 
     def start(self) -> None:
-        if self._membership.phase == STABLE:
-            self.anti_entropy.start()
+        """Anti-entropy on a stable ring; tombstone collection once the change that made
+        it is closed too: until every node of the change confirmed its last handoff (or
+        was named dead), one of them may hold an older value of a key whose tombstone
+        would go (SPEC 13.3). Neither on a node that left: it shares no tree with the
+        ring, and its exchanges, refused, would open the circuits its handoff needs."""
+        state = self._membership.state
+        if state.phase != STABLE or self._config.self_url not in state.current:
+            return  # between two rings, or a node that left: it only hands off
+        self.anti_entropy.start()
+        if state.closed:
             self.collector.start()
+
+    @property
+    def waiting_for(self) -> list[str]:
+        """The nodes tombstone collection waits for: those of the last change that may
+        still hold records to hand off."""
+        return list(self._membership.state.draining or ())
 
     async def stop(self) -> None:
         self._storage.on_change = None

@@ -59,24 +59,37 @@ class Membership:
     def apply(self, proposed: TopologyState) -> bool:
         """Moves to `proposed` if it is this state again or the step after it (raises
         BadTransition otherwise); says whether anything changed. Persisted first."""
-        self.state.check_successor(proposed)
-        if self.state.same_step(proposed):
-            more_dead = proposed.dead != self.state.dead  # a node lost mid-change
-            if proposed.epoch != self.state.epoch or more_dead:  # a joining node learns the count
-                save_state(self._path, proposed)
-                self.state = proposed
+        taken = self.state.successor(proposed)
+        if self.state.same_step(taken):
+            more_dead = taken.dead != self.state.dead  # a node lost mid-change
+            drained = taken.draining != self.state.draining  # the change closed, or nearer
+            if taken != self.state:  # also: a joining node learns the count, who left
+                save_state(self._path, taken)
+                self.state = taken
             if more_dead:
-                log.info("membership: %s gone for good", ", ".join(proposed.dead) or "none")
-            return more_dead
-        save_state(self._path, proposed)
-        self.state = proposed
-        self.topology = proposed.placement(self._vnodes)
+                log.info("membership: %s gone for good", ", ".join(taken.dead) or "none")
+            if drained:
+                log.info(
+                    "membership: %s",
+                    "the change is closed: tombstone collection starts again"
+                    if taken.closed
+                    else "still draining: " + ", ".join(taken.draining or ()),
+                )
+            return more_dead or drained
+        save_state(self._path, taken)
+        self.state = taken
+        self.topology = taken.placement(self._vnodes)
         log.info(
-            "membership: now %s (epoch %d) with %s%s",
-            proposed.phase,
-            proposed.epoch,
-            ", ".join(sorted(proposed.current)),
-            "" if proposed.next is None else " -> " + ", ".join(sorted(proposed.next)),
+            "membership: now %s (epoch %d) with %s%s%s",
+            taken.phase,
+            taken.epoch,
+            ", ".join(sorted(taken.current)),
+            "" if taken.next is None else " -> " + ", ".join(sorted(taken.next)),
+            ""
+            if taken.closed
+            else "; tombstone collection waits until the change is closed (draining: "
+            + ", ".join(taken.draining or ())
+            + ")",
         )
         return True
 

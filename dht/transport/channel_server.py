@@ -93,9 +93,10 @@ class ReplicaService(Protocol):
 
     def rpc_get(self, key: bytes) -> Record | None: ...
 
-    def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
+    def rpc_put(self, key: bytes, record: Record, sender: str) -> bool | asyncio.Future[bool]:
         """Whether it was stored (a future when the write takes a while); raises
-        ReplicaRefusal, or fails the future with it, to decline."""
+        ReplicaRefusal, or fails the future with it, to decline. `sender`: the URL the
+        peer's HELLO gave (a node removed since is refused, SPEC 13.3)."""
 
 
 class ServerConnection(Connection):
@@ -244,7 +245,8 @@ class ServerConnection(Connection):
         """Answers a write; True when it will be answered later, once storage has it
         on the disk (group commit), or in its thread (a large value)."""
         try:
-            stored = self._service.rpc_put(event.key, event.record)
+            sender = "" if self._hello is None else self._hello.sender
+            stored = self._service.rpc_put(event.key, event.record, sender)
         except ReplicaRefusal as refusal:
             self.send(Failed(event.call_id, refusal.why, str(refusal)))
             return False

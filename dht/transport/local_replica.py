@@ -52,6 +52,8 @@ class LocalReplica:
                 f"protocol version {hello.version} is not this node's {PROTOCOL_VERSION}: "
                 "run the same dht version on every node"
             )
+        if (refused := self._refused_sender(hello.sender)) is not None:
+            return refused
         if not self._membership.shares_ring(hello.ring):
             return (
                 f"ring identity {hello.ring} shares no ring with this node's "
@@ -66,7 +68,23 @@ class LocalReplica:
     def rpc_get(self, key: bytes) -> Record | None:
         return self._storage.get(key)
 
-    def rpc_put(self, key: bytes, record: Record) -> bool | asyncio.Future[bool]:
+    def _refused_sender(self, sender: str) -> str | None:
+        state = self._membership.state
+        if not state.refuses_replica(sender):
+            return None
+        return (
+            f"{sender} was removed from the cluster (epoch {state.epoch}"
+            + (", named dead" if sender in state.dead else "")
+            + "): what it holds is not taken; wipe its data folder and join it again "
+            "with --join to bring it back"
+        )
+
+    def rpc_put(self, key: bytes, record: Record, sender: str) -> bool | asyncio.Future[bool]:
+        """Stores a peer's record if newer; refuses it from a node removed since the
+        channel was opened (its HELLO was admitted before the change closed)."""
+        if (refused := self._refused_sender(sender)) is not None:
+            self._refusals.warning("removed", "refused a replica write of %r: %s", key, refused)
+            raise ReplicaRefusal(Why.DECLINED, refused)
         try:
             self._clock.observe(record.version)
             stored = self._storage.write(key, record)

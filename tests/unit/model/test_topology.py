@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -332,6 +333,75 @@ def test_a_change_to_other_nodes_under_way_is_finished_first() -> None:
         steps_to_resume([JOINT_STEP] * 4, urls(5))
 
 
+# -- closing a change (SPEC.md rule 13.3) -------------------------------------------------
+
+SHRUNK = ("http://a:1", "http://b:1")
+NODES3 = (*SHRUNK, "http://c:1")
+SHRINK_HANDOFF = TopologyState(2, HANDOFF, NODES3, SHRUNK)
+SHRINK_STABLE = TopologyState(3, STABLE, SHRUNK)
+
+
+def test_a_node_that_ends_a_change_lists_who_left_and_who_drains_whatever_it_is_told() -> None:
+    """The node decides: every live node of the change may still hold a record it does
+    not own (a write after its handoff pass went by), so each drains until closed."""
+    told = replace(SHRINK_STABLE, draining=())  # a proposal that says it is closed
+    taken = SHRINK_HANDOFF.successor(told)
+    assert taken.left == ("http://c:1",)
+    assert taken.draining == NODES3
+    assert not taken.closed
+    with_dead = replace(SHRINK_HANDOFF, dead=("http://c:1",))
+    assert with_dead.successor(SHRINK_STABLE).draining == SHRUNK  # the dead never drain
+
+
+def test_the_same_stable_step_can_only_shorten_the_draining_nodes() -> None:
+    ending = SHRINK_HANDOFF.successor(SHRINK_STABLE)
+    assert ending.successor(SHRINK_STABLE) == ending  # says nothing of it: as it is
+    fewer = ending.successor(replace(SHRINK_STABLE, draining=SHRUNK))
+    assert fewer.draining == SHRUNK
+    assert fewer.successor(replace(SHRINK_STABLE, draining=NODES3)).draining == SHRUNK
+    closed = fewer.successor(replace(SHRINK_STABLE, draining=()))
+    assert closed.closed and closed.left == ("http://c:1",)
+    assert TopologyState.from_json(closed.to_json()) == closed
+    assert TopologyState.from_json(ending.to_json()) == ending
+    assert "draining" not in TopologyState(0, STABLE, NODES3).to_json()  # never changed
+
+
+def test_no_change_starts_before_the_last_one_is_closed() -> None:
+    ending = SHRINK_HANDOFF.successor(SHRINK_STABLE)
+    grow = TopologyState(4, JOINT, SHRUNK, NODES3)
+    with pytest.raises(BadTransition, match=r"not closed.*--dead"):
+        ending.check_successor(grow)
+    replace(ending, draining=()).check_successor(grow)
+
+
+def test_a_node_that_left_is_refused_once_the_change_is_closed() -> None:
+    ending = SHRINK_HANDOFF.successor(SHRINK_STABLE)
+    assert not ending.refuses_replica("http://c:1")  # its handoff is what closing waits for
+    closed = replace(ending, draining=())
+    assert closed.refuses_replica("http://c:1")
+    assert not closed.refuses_replica("http://a:1")
+    assert not closed.refuses_replica("http://e:1")  # a node joining: not one that left
+    mid = TopologyState(1, JOINT, NODES3, SHRUNK, ("http://c:1",))
+    assert mid.refuses_replica("http://c:1") and not mid.refuses_replica("http://b:1")
+    for bad in (
+        lambda: TopologyState(3, STABLE, SHRUNK, left=("http://a:1",)),  # still current
+        lambda: TopologyState(1, JOINT, NODES3, SHRUNK, draining=()),  # not stable
+    ):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_a_change_over_but_not_closed_is_resumed_to_close_it() -> None:
+    """Every node in stable(new), one still draining: the driver takes that step again
+    (waiting for the handoffs of the old list's nodes too) and closes it."""
+    ending = SHRINK_HANDOFF.successor(SHRINK_STABLE)
+    old, steps = steps_to_resume([ending, ending, replace(ending, draining=())], SHRUNK)
+    assert old == NODES3
+    assert steps == [SHRINK_STABLE]
+    closed = replace(ending, draining=())
+    assert steps_to_resume([closed] * 3, SHRUNK) == (SHRUNK, [])
+
+
 # -- nodes gone for good (SPEC.md rule 13.8) ---------------------------------------------
 
 NODES4 = ("http://a:1", "http://b:1", "http://c:1", "http://d:1")
@@ -363,14 +433,14 @@ def test_a_joining_node_takes_the_joint_step_of_a_replacement_it_could_not_know(
     seed = TopologyState(
         0, JOINT, ("http://b:1", "http://c:1"), ("http://b:1", "http://c:1", "http://e:1")
     )
-    replace = TopologyState(
+    replacement = TopologyState(
         4,
         JOINT,
         ("http://a:1", "http://b:1", "http://c:1"),
         ("http://b:1", "http://c:1", "http://e:1"),
         ("http://a:1",),
     )
-    seed.check_successor(replace)
+    seed.check_successor(replacement)
     stable = TopologyState(3, STABLE, ("http://a:1", "http://b:1", "http://c:1"))
     old, steps = steps_to_resume([stable, stable, seed], ["http://b:1", "http://c:1", "http://e:1"])
     assert old == ("http://a:1", "http://b:1", "http://c:1")

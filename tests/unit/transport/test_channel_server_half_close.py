@@ -62,7 +62,7 @@ class Service:
     def rpc_get(self, key: bytes) -> Record | None:
         return None
 
-    def rpc_put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
+    def rpc_put(self, key: bytes, record: Record, sender: str) -> asyncio.Future[bool]:
         landing: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.landing.append(landing)
         return landing
