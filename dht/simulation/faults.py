@@ -253,16 +253,22 @@ class Nemesis:
         self._note(f"{kind}: through, members {', '.join(node.name for node in self._nodes)}")
 
     async def _power_cut(self, duration: float) -> None:
-        """Only when no node has a fault of its own under way."""
+        """Only when no node has a fault of its own under way. Restarts the nodes it cut,
+        and only those still members: a grow may start its spare while they come back
+        one by one (a second start would run two processes of it at once), and a shrink
+        stops the node it takes out."""
         if self._busy:
             return
-        names = {node.name for node in self._nodes}
+        cut = list(self._nodes)
+        names = {node.name for node in cut}
         self._busy |= names
         self._note(f"power cut on every node for {duration:.1f} s")
-        for node in self._nodes:
+        for node in cut:
             node.crash()
         await asyncio.sleep(duration)
-        for node in self._nodes:
+        for node in cut:
+            if node not in self._nodes:
+                continue
             self._note(f"restart {node.name}")
             node.start()
             await asyncio.sleep(self._rng.uniform(0.0, 0.5))
