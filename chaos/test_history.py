@@ -3,6 +3,7 @@ wins allows and fail what it does not."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -224,6 +225,80 @@ def test_a_quorum_read_that_sees_a_deleted_value_is_a_resurrection() -> None:
     assert [(r.source, r.dead_by.kind) for r in report.resurrected] == [
         ("GET at 0.400", Kind.DELETE)
     ]
+
+
+# -- reads held only to the writes their quorum meets (`overlaps`, SPEC.md rule 3.5):
+# on three nodes, a GET at 1/3 need not see a PUT or a DELETE at 2/3; at 2/3 it must.
+
+
+def on_three_nodes(read: str | None, write: str | None) -> bool:
+    """A_read + A_write > F for `A/3` (None: the default, 2/3)."""
+    acks = [int((replicas or "2/3").split("/")[0]) for replicas in (read, write)]
+    return sum(acks) > 3
+
+
+def at(op: Op, replicas: str) -> Op:
+    return dataclasses.replace(op, replicas=replicas)
+
+
+def test_a_read_whose_quorum_misses_the_write_may_return_the_value_before_it() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        put("a", b"a2", 0.2, 0.3, 201),
+        at(get("a", b"a1", 0.4, 0.5, 200), "1/3"),
+        at(get("a", None, 0.4, 0.5, 404), "1/3"),
+    ]
+    assert check(history, {"a": b"a2"}, overlaps=on_three_nodes).ok
+    assert len(check(history, {"a": b"a2"}).stale_reads) == 2  # by default, all meet
+
+
+def test_a_read_whose_quorum_meets_the_write_must_see_it() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        at(put("a", b"a2", 0.2, 0.3, 201), "3/3"),
+        at(get("a", b"a1", 0.4, 0.5, 200), "1/3"),
+    ]
+    report = check(history, {"a": b"a2"}, overlaps=on_three_nodes)
+    assert [(stale.read.value, stale.missed.value) for stale in report.stale_reads] == [
+        (b"a1", b"a2")
+    ]
+
+
+def test_a_read_that_need_not_see_a_delete_may_see_the_value_before_it() -> None:
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        delete("a", 0.2, 0.3, 202),
+        at(get("a", b"a1", 0.4, 0.5, 200), "1/3"),
+    ]
+    assert check(history, {"a": None}, overlaps=on_three_nodes).ok
+
+
+def test_a_read_is_held_to_the_last_write_its_quorum_meets() -> None:
+    """A 1/3 read after a PUT at 3/3 and a DELETE at 2/3 may see the PUT's value, not
+    the one before it."""
+    history = [
+        put("a", b"a1", 0.0, 0.1, 201),
+        at(put("a", b"a2", 0.2, 0.3, 201), "3/3"),
+        delete("a", 0.4, 0.5, 202),
+        at(get("a", b"a2", 0.6, 0.7, 200), "1/3"),
+        at(get("a", b"a1", 0.6, 0.7, 200), "1/3"),
+    ]
+    report = check(history, {"a": None}, overlaps=on_three_nodes)
+    assert [(stale.read.value, stale.missed.value) for stale in report.stale_reads] == [
+        (b"a1", b"a2")
+    ]
+
+
+def test_a_read_whose_quorum_meets_no_write_still_invents_nothing() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201), at(get("a", b"a9", 0.2, 0.3, 200), "1/3")]
+    report = check(history, {"a": b"a1"}, overlaps=on_three_nodes)
+    assert [phantom.value for phantom in report.phantoms] == [b"a9"]
+
+
+def test_the_final_state_holds_every_acknowledged_write_whatever_its_quorum() -> None:
+    history = [put("a", b"a1", 0.0, 0.1, 201), at(put("a", b"a2", 0.2, 0.3, 201), "1/3")]
+    report = check(history, {"a": b"a1"}, overlaps=on_three_nodes)
+    assert [lost.write.value for lost in report.lost] == [b"a2"]
 
 
 # -- expiring writes (SPEC.md rule 8.6): PUT a1 with ttl=1 at [0.0, 0.1] expires between

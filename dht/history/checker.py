@@ -43,7 +43,11 @@ its own time (SPEC.md rule 3.5: "GET 2/3 sees a PUT 2/3 and a DELETE 2/3"): what
 returned must not have been produced only by writes that strictly precede an
 acknowledged write completed before the GET was invoked. A GET that misses a value that
 must be visible is a stale read; one that sees a value that must be dead is a
-resurrection.
+resurrection. Only writes whose quorums its own meets count (`overlaps`, from the
+`replicas` each was sent with: a GET at 1/3 need not see a PUT at 2/3, SPEC.md rule
+3.5 asks for A_read + A_write > F); by default every GET meets every write, as quorum
+reads and writes at one `replicas` do. Any GET is still held to inventing nothing and to
+a value's own expiry.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from dht.history.operation import AFTER_EVERYTHING, Kind, Op, Window
 from dht.history.verdict import (
@@ -73,6 +77,7 @@ __all__ = [
     "Kind",
     "LostWrite",
     "Op",
+    "Overlaps",
     "Phantom",
     "Report",
     "Resurrection",
@@ -83,6 +88,29 @@ __all__ = [
 
 # SPEC.md rule 8.3: "a write after a 10 ms pause is newer than any write before it".
 CLOCK_SLACK = 0.010
+
+# Whether a GET sent with the first `replicas` (None: the default) must see a write
+# acknowledged with the second: their quorums meet (SPEC.md rule 3.5).
+Overlaps = Callable[[str | None, str | None], bool]
+
+
+class AckedWrites:
+    """Acknowledged writes by completion, indexed to answer "which one, completed by
+    time t, was invoked last" with one bisection."""
+
+    def __init__(self, acked: Iterable[Op]) -> None:
+        self.ops = sorted(acked, key=lambda op: op.settled_by)
+        self._completions = [op.settled_by for op in self.ops]
+        # Running maximum of invoke times.
+        self._latest: list[int] = []
+        for index, op in enumerate(self.ops):
+            best = self._latest[-1] if self._latest else index
+            self._latest.append(index if op.invoked >= self.ops[best].invoked else best)
+
+    def latest_by(self, moment: float) -> Op | None:
+        """Among those completed by `moment`, the one invoked last."""
+        count = bisect.bisect_right(self._completions, moment)
+        return self.ops[self._latest[count - 1]] if count else None
 
 
 class KeyHistory:
@@ -105,14 +133,10 @@ class KeyHistory:
                 self._deletes.append(op)
             if op.acknowledged:
                 self.acked.append(op)
-        self.acked.sort(key=lambda op: op.settled_by)
-        self._acked_completions = [op.settled_by for op in self.acked]
-        # Running maximum of invoke times, so "the latest-invoked acknowledged write
-        # completed by time t" is one bisection.
-        self._latest_acked: list[int] = []
-        for index, op in enumerate(self.acked):
-            best = self._latest_acked[-1] if self._latest_acked else index
-            self._latest_acked.append(index if op.invoked >= self.acked[best].invoked else best)
+        self._acked = AckedWrites(self.acked)
+        self.acked = self._acked.ops
+        # The acknowledged writes a GET sent with some `replicas` must see, by it.
+        self._acked_for: dict[str | None, AckedWrites] = {}
         # What `produced_by` asks of the absent state, in O(log n) rather than a pass
         # over every DELETE and expiring PUT of the key for every read that found it
         # absent: the DELETEs by invoke time with a running latest settle, and the
@@ -193,8 +217,17 @@ class KeyHistory:
 
     def latest_acked_by(self, moment: float) -> Op | None:
         """Among acknowledged writes completed by `moment`, the one invoked last."""
-        count = bisect.bisect_right(self._acked_completions, moment)
-        return self.acked[self._latest_acked[count - 1]] if count else None
+        return self._acked.latest_by(moment)
+
+    def latest_seen_by(self, read: Op, moment: float, overlaps: Overlaps | None) -> Op | None:
+        """`latest_acked_by`, among the writes `read` must see (`overlaps`; None: all)."""
+        if overlaps is None:
+            return self._acked.latest_by(moment)
+        if read.replicas not in self._acked_for:
+            self._acked_for[read.replicas] = AckedWrites(
+                op for op in self.acked if overlaps(read.replicas, op.replicas)
+            )
+        return self._acked_for[read.replicas].latest_by(moment)
 
     def expired_source(self, value: bytes, seen: Window) -> Op | None:
         """If every PUT that sent `value` had certainly expired when an observation in
@@ -210,6 +243,7 @@ def check(
     final: Mapping[str, bytes | None],
     clock_slack: float = CLOCK_SLACK,
     final_at: Window | Mapping[str, Window] = AFTER_EVERYTHING,
+    overlaps: Overlaps | None = None,
 ) -> Report:
     """Checks `history` against `final` (key -> value, None when the key was absent).
 
@@ -221,6 +255,9 @@ def check(
     `final_at`: when the final state was observed, as (from, to) on the history's clock,
     for every key or per key (expiring writes are judged against it); by default after
     every write expired.
+
+    `overlaps`: which acknowledged writes a GET must see, by the `replicas` of each
+    (None: every one; the final state must hold every one, whatever its `replicas`).
 
     Raises ValueError if a key the history wrote has no final state: a missing read must
     not pass for a kept write."""
@@ -268,7 +305,7 @@ def check(
             phantoms.append(Phantom(op.key, op.value or b"", source))
         elif op.status == 200 and (expired := index.expired_source(op.value or b"", _window(op))):
             resurrected.append(Resurrection(op.key, op.value or b"", source, expired))
-        elif (missed := _missed(op, index, clock_slack)) is not None:
+        elif (missed := _missed(op, index, clock_slack, overlaps)) is not None:
             if op.status == 200 and index.dead_at(missed, _window(op)):
                 resurrected.append(Resurrection(op.key, op.value or b"", source, missed))
             else:
@@ -299,12 +336,15 @@ def _window(read: Op) -> Window:
     return (read.invoked, read.settled_by)
 
 
-def _missed(read: Op, index: KeyHistory, clock_slack: float) -> Op | None:
+def _missed(
+    read: Op, index: KeyHistory, clock_slack: float, overlaps: Overlaps | None
+) -> Op | None:
     """The acknowledged write `read` (a GET answered 200 or 404) should have seen and
-    did not, if any: one completed before the read was invoked and invoked after every
-    write that could have produced what the read returned had taken effect."""
+    did not, if any: one its quorum meets, completed before the read was invoked and
+    invoked after every write that could have produced what the read returned had
+    taken effect."""
     state = read.value if read.status == 200 else None
-    missed = index.latest_acked_by(read.invoked - clock_slack)
+    missed = index.latest_seen_by(read, read.invoked - clock_slack, overlaps)
     produced = index.produced_by(state, _window(read), invoked_by=read.settled_by)
     if missed is not None and produced + clock_slack <= missed.invoked:
         return missed

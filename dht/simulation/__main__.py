@@ -2,6 +2,8 @@
 
     python -m dht.simulation --seed 7 --seconds 60
     python -m dht.simulation --seeds 1..200 --seconds 60
+    python -m dht.simulation --seeds 1..300 --write-once --faults \
+    partition,one-way,slow,reset,pause,crash,clock,ahead-then-crash,power,restart-skewed
 
 Set iteration over strings depends on PYTHONHASHSEED, so the command runs itself again
 with PYTHONHASHSEED=0 when it is not set: a seed replays the same on every machine.
@@ -36,7 +38,10 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m dht.simulation",
         description="A deterministic simulation of a dht cluster: real node code, virtual "
-        "time, an in-memory network and disk, faults from the seed, the history checked.",
+        "time, an in-memory network and disk, faults and requests (their replicas=A/F "
+        "too) from the seed, the history checked.",
+        epilog="Tombstone collection is best tried with idle keys and clocks minutes off: "
+        f"--write-once --faults {','.join(KINDS)},restart-skewed",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--seed", type=int, default=1, help="the seed to run (default 1)")
@@ -54,7 +59,9 @@ def parser() -> argparse.ArgumentParser:
         default=KINDS,
         help=f"the kinds of fault drawn from, comma-separated (default {','.join(KINDS)}; "
         f"also {', '.join(MEMBERSHIP_KINDS)}: a spare node joins, a member leaves; "
-        f"{', '.join(CLOCK_KINDS)}: a node's clock behind while another is cut off)",
+        "behind-then-cut: a node's clock behind, then the node cut off; restart-skewed: "
+        "a node restarted with its clock minutes off, alone among the faults until it is "
+        "back)",
     )
     parser.add_argument(
         "--narrow-deletes",
@@ -64,7 +71,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--write-once",
         action="store_true",
-        help="one request in three on a client's own keys, each written once and deleted later",
+        help="one request in three on a client's own keys, each written once, left idle "
+        "5-20 s, deleted, and read again",
+    )
+    parser.add_argument(
+        "--default-replicas",
+        action="store_true",
+        help="every request at the default replicas (else one in two at an A/F drawn "
+        "from the seed, majorities only with grow or shrink; a read is held only to the "
+        "writes its quorum meets)",
     )
     parser.add_argument(
         "--shrink", action="store_true", help="shrink a failing seed to a shorter failing run"
@@ -90,6 +105,8 @@ def _replay(args: argparse.Namespace, seed: int, settings: Settings | None = Non
         command += " --narrow-deletes"
     if args.write_once:
         command += " --write-once"
+    if args.default_replicas:
+        command += " --default-replicas"
     if args.defect:
         command += f" --defect {args.defect}"
     return command
@@ -106,6 +123,7 @@ def _settings(args: argparse.Namespace, seed: int) -> Settings:
         fault_kinds=tuple(args.faults),
         narrow_deletes=args.narrow_deletes,
         write_once=args.write_once,
+        mixed_replicas=not args.default_replicas,
         defect=args.defect,
     )
 

@@ -24,8 +24,25 @@ and healed, a few at a time, until the load ends; then everything is healed at o
   behind (1.0-1.9 s, within the drift bound, so the fence lets it serve), then the node
   cut off from the others for longer than a tombstone's grace: a delete it coordinated
   while it had heard no newer version has a version older than its arrival at the other
-  replicas. Made to find the defect `tombstone-by-version-time`; it does not yet (see
-  the commit message).
+  replicas. Made to find the defect `tombstone-by-version-time`, which it does not:
+  the lag is under the drift bound, shorter than an exchange's period.
+- restart-skewed (`CLOCK_KINDS`, drawn only when asked for): a node crashed and
+  restarted with its wall clock minutes off, ahead or behind (15 s to 2 min: a machine
+  booted from a wrong hardware clock), and stepped back to true time 10-40 s later (as
+  NTP would). Its peers answer its first look, so the fence keeps it from coordinating
+  (SPEC 9.13): it issues no version while off, and behind, it refuses its peers'
+  versions as too far ahead. It stays a replica: ahead, every record reaching it
+  arrives, by its clock, minutes after its version's time, as a delete from a
+  coordinator minutes behind would (a lag no serving coordinator has: the fence holds
+  those to the drift bound, 2 s here, under an exchange's period). That is what finds
+  the defect `tombstone-by-version-time`.
+  It runs alone, on three members or more: it waits for the faults under way (and a
+  membership change) to end, and no other starts until its clock is back. With a peer
+  silent (down, paused, cut off) at the node's first look or a later one, or with two
+  members, a majority cannot see its clock off and it serves with it: its writes,
+  refused by its peers as too far ahead (504), stay in its own storage with versions
+  minutes ahead, and once real time reaches them they win over every write
+  acknowledged since. That is dht's, not the simulator's, and kept out of this kind.
 """
 
 from __future__ import annotations
@@ -53,7 +70,14 @@ KINDS = (
     "power",
 )
 MEMBERSHIP_KINDS = ("grow", "shrink")
-CLOCK_KINDS = ("behind-then-cut",)
+CLOCK_KINDS = ("behind-then-cut", "restart-skewed")
+# How far off a `restart-skewed` clock is, either way, and for how long: past the drift
+# bound and a tombstone's grace plus an exchange's period (seconds).
+SKEWED_BY = (15.0, 120.0)
+SKEWED_FOR = (10.0, 40.0)
+# The fewest members among which one clock off is fenced: a majority of the cluster's
+# nodes must see it off, so with two, neither is (SPEC 9.13).
+FENCED_FROM = 3
 # The fewest members a shrink leaves.
 FEWEST_MEMBERS = 2
 # Seconds before a change the driver stopped is run again.
@@ -95,7 +119,8 @@ class Nemesis:
         self._busy: set[str] = set()  # nodes with a process or clock fault under way
         self._cut: set[tuple[str, str]] = set()
         self._tasks: list[asyncio.Task[None]] = []
-        self.largest_offset = 0.0
+        self._alone = False  # a fault that runs alone is under way
+        self.sizes = {len(self._nodes)}  # of every node list the membership had
 
     def _note(self, text: str) -> None:
         line = f"t={self._loop.time():.3f} {text}"
@@ -116,6 +141,11 @@ class Nemesis:
 
     async def _apply(self, kind: str, until: float) -> None:
         rng = self._rng
+        if self._alone:
+            return
+        if kind == "restart-skewed":
+            await self._restart_skewed()
+            return
         if kind in MEMBERSHIP_KINDS:
             if self._change is None or self._change.done():
                 self._change = self._loop.create_task(self._membership_change(kind))
@@ -210,6 +240,36 @@ class Nemesis:
             self._note(f"clock of {node.name} back to true time")
             self._busy.discard(node.name)
 
+    async def _restart_skewed(self) -> None:
+        """`restart-skewed`: once every other fault (a membership change too) is over,
+        one node crashed and restarted with its clock minutes off, the only fault until
+        it is back to true time."""
+        self._alone = True
+        try:
+            others = [task for task in self._tasks if task is not asyncio.current_task()]
+            if self._change is not None:
+                others.append(self._change)
+            if others:
+                await asyncio.wait(others)  # not gather: a cancel must not reach them
+            if len(self._nodes) < FENCED_FROM:
+                return
+            node = self._rng.choice(self._nodes)
+            self._busy.add(node.name)
+            off = self._rng.uniform(*SKEWED_BY) * self._rng.choice((-1.0, 1.0))
+            down = self._rng.uniform(0.5, 5.0)
+            self._note(f"crash {node.name}, down {down:.1f} s")
+            node.crash()
+            await asyncio.sleep(down)
+            self._set_offset(node, off)
+            self._note(f"restart {node.name}, its clock at {off:+.1f} s")
+            node.start()
+            await asyncio.sleep(self._rng.uniform(*SKEWED_FOR))
+            self._set_offset(node, 0.0)
+            self._note(f"clock of {node.name} stepped back to true time")
+            self._busy.discard(node.name)
+        finally:
+            self._alone = False
+
     async def _membership_change(self, kind: str) -> None:
         members = [node.config.self_url for node in self._nodes]
         if kind == "grow":
@@ -233,6 +293,7 @@ class Nemesis:
             names = {node.config.self_url for node in leaving}
             new = [url for url in members if url not in names]
             self._note(f"shrink: {', '.join(node.name for node in leaving)} leaves")
+        self.sizes.add(len(new))
         while True:
             try:
                 await change_membership(
@@ -300,8 +361,6 @@ class Nemesis:
         node.clock_offset = offset
         if node.incarnation is not None:
             node.incarnation.clock_offset = offset
-        offsets = [other.clock_offset for other in self._nodes]
-        self.largest_offset = max(self.largest_offset, max(offsets) - min(offsets))
 
     async def heal_all(self) -> None:
         """Ends every fault under way: each heals as it would have, at once."""

@@ -33,14 +33,14 @@ from dht.config import NodeConfig
 from dht.coordination.outcome import Outcome
 from dht.limits import MESSAGE_OVERHEAD
 from dht.membership.api import MembershipApi
-from dht.model.clock import HybridClock, wall_clock_ms, wall_clock_us
+from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
 from dht.model.log_limits import RateLimitedLog
-from dht.model.replicas import ReplicaCount, parse_replicas
+from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
 from dht.node import ReplicaParts
 from dht.replication.fence import FenceWatch
 from dht.simulation.disk import SimDisk
-from dht.simulation.loop import Incarnation, VirtualLoop
+from dht.simulation.loop import EPOCH, Incarnation, VirtualLoop
 from dht.simulation.network import Network
 from dht.storage.disk import DiskSpace
 from dht.storage.membership import Membership, joining_state
@@ -178,6 +178,9 @@ class SimNode:
         self.fenced: str | None = None
         self.exchange_answerer: Any = None
         self.last_version = 0  # the newest version it issued, in any incarnation
+        # How far the versions it issued were from true time, in seconds (the least and
+        # the most, over every incarnation): what the history checker allows for.
+        self.version_error: tuple[float, float] | None = None
         self.violations: list[str] = []  # invariants its code broke, as the run saw
         config.data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -271,6 +274,9 @@ class SimNode:
                     f"after {self.last_version} (incarnation {self.incarnations})"
                 )
             self.last_version = max(self.last_version, version)
+            error = version_ms(version) / 1000 - (EPOCH + self.loop.time())
+            least, most = self.version_error or (error, error)
+            self.version_error = (min(least, error), max(most, error))
             return version
 
         clock.now = now  # type: ignore[method-assign]
@@ -346,7 +352,10 @@ class SimNode:
             return 503, None
         replicas: ReplicaCount | None = None
         if replicas_text is not None:
-            replicas = parse_replicas(replicas_text, self.coordinator.cluster_size)
+            try:
+                replicas = parse_replicas(replicas_text, self.coordinator.cluster_size)
+            except BadReplicas:  # `F` past the ring this node is at (SPEC 13.3)
+                return 400, None
         outcome: Outcome
         if kind == "GET":
             outcome = await self.coordinator.get(key, replicas)
