@@ -11,7 +11,7 @@ from dht.coordination.coordinator import Coordinator
 from dht.membership.rebalance import Rebalance
 from dht.model.merkle import holders
 from dht.model.record import Record
-from dht.model.topology import STABLE, TopologyState
+from dht.model.topology import STABLE, BadTransition, TopologyState
 from dht.replication.repair_loops import RepairLoops
 from dht.storage.membership import Membership
 from dht.transport.peers import Peer, Peers
@@ -45,6 +45,14 @@ class StepApplier:
         """Takes a step of a membership change (raises BadTransition if it is not the
         next one), then waits for the client operations placed by the step before; says
         whether they all ended within the deadline (the driver asks again if not)."""
+        state = self._membership.state
+        left = self._self_url not in state.members and not state.joining_seed
+        if left and not state.same_step(proposed):  # the close of its own change it takes
+            raise BadTransition(
+                f"this node was removed from the cluster (epoch {state.epoch}): it takes no "
+                "step with the data it kept, which may be older than deletes made since; "
+                "wipe its data folder and start it with --join to add it again"
+            )
         if self._membership.apply(proposed):
             added = self._peers.ensure(proposed.members, self._membership.identity)
             self._new_peers(added)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,20 @@ async def test_a_node_that_joins_learns_who_left_before(tmp_path: Path) -> None:
         state = cluster.nodes[url].state
         assert state.current == (A, B, C, joining) and state.closed, url
         assert state.refuses_replica(E), url
+
+
+async def test_a_change_partly_closed_is_closed_before_another_one_starts(
+    tmp_path: Path,
+) -> None:
+    """The driver stopped part-way through the close (killed, or a node silent): some
+    nodes closed, some not. Another change first closes it everywhere; starting it at
+    once would leave the closed nodes joint and the others refusing (found by review)."""
+    cluster = InMemoryCluster(tmp_path, [A, B, C, E])
+    cluster.take(*SHRINK)
+    for url in (A, B):
+        cluster.nodes[url].apply(replace(SHRINK[-1], draining=()))
+    await change(cluster, [A, B])
+    for url in (A, B):
+        state = cluster.nodes[url].state
+        assert state.current == (A, B) and state.closed, url
+        assert state.left == (C, E), url

@@ -19,7 +19,7 @@ from dht.membership.step import StepApplier
 from dht.model.clock import HybridClock
 from dht.model.merkle import holders
 from dht.model.record import Record
-from dht.model.topology import HANDOFF, JOINT, STABLE, TopologyState
+from dht.model.topology import HANDOFF, JOINT, STABLE, BadTransition, TopologyState
 from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
@@ -238,6 +238,29 @@ async def test_a_node_that_left_runs_no_repair_loop(tmp_path: Path) -> None:
         ):
             await node.steps.apply(step)
             assert running_loops() == set(), step
+    finally:
+        await node.loops.stop()
+        node.storage.close()
+
+
+async def test_a_node_that_left_takes_no_step_of_a_later_change(tmp_path: Path) -> None:
+    """Restarted on the data it kept (not wiped, so `--join` is ignored) and added again,
+    a node that left would hand its old records to the ring: values older than the
+    tombstones collected since (found by review). It takes its own change's close, and
+    refuses any later step."""
+    node = OneNode(tmp_path, GROWN)
+    try:
+        left = TopologyState(3, STABLE, (B,))
+        for step in (
+            TopologyState(1, JOINT, GROWN, (B,)),
+            TopologyState(2, HANDOFF, GROWN, (B,)),
+            left,
+            replace(left, draining=()),  # the close, which the driver sends it too
+        ):
+            await node.steps.apply(step)
+        with pytest.raises(BadTransition, match="wipe its data folder"):
+            await node.steps.apply(TopologyState(4, JOINT, (B,), GROWN))
+        assert node.membership.state == replace(left, left=(A,), draining=())
     finally:
         await node.loops.stop()
         node.storage.close()
