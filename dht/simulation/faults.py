@@ -248,7 +248,7 @@ class Nemesis:
         one node crashed and restarted with its clock minutes off, the only fault until
         it is back to true time. Not `alone` (`restart-skewed-amid`): at once, among
         the other faults, on any number of members."""
-        self._alone = alone
+        self._alone = self._alone or alone
         try:
             others = [task for task in self._tasks if task is not asyncio.current_task()]
             if self._change is not None:
@@ -275,7 +275,8 @@ class Nemesis:
             self._note(f"clock of {node.name} stepped back to true time")
             self._busy.discard(node.name)
         finally:
-            self._alone = False
+            if alone:  # an `-amid` one ending must not lift the hold of one alone
+                self._alone = False
 
     async def _membership_change(self, kind: str) -> None:
         members = [node.config.self_url for node in self._nodes]
