@@ -304,10 +304,10 @@ def check(
         if op.status == 200 and not index.sent(op.value or b""):
             phantoms.append(Phantom(op.key, op.value or b"", source))
         elif op.status == 200 and (expired := index.expired_source(op.value or b"", _window(op))):
-            resurrected.append(Resurrection(op.key, op.value or b"", source, expired))
+            resurrected.append(Resurrection(op.key, op.value or b"", source, expired, op))
         elif (missed := _missed(op, index, clock_slack, overlaps)) is not None:
             if op.status == 200 and index.dead_at(missed, _window(op)):
-                resurrected.append(Resurrection(op.key, op.value or b"", source, missed))
+                resurrected.append(Resurrection(op.key, op.value or b"", source, missed, op))
             else:
                 stale_reads.append(StaleRead(op, missed))
 

@@ -49,6 +49,7 @@ class Resurrection:
     value: bytes
     source: str  # FINAL_READ or "GET at <time>[ through <node>]"
     dead_by: Op
+    read: Op | None = None  # the GET that saw it; None in the final state
 
     @property
     def in_final_state(self) -> bool:

@@ -140,7 +140,10 @@ def test_the_same_experiment_on_dht_with_one_disk_lost_loses_nothing(
     write in the seconds after the wipe: the blank node answers for what it lost, with
     the node that missed the write while it was down, until anti-entropy fills it (a
     node filled before it serves is the replace of SPEC.md section 13's removal). So
-    every stale read must come after the wipe began, and none before."""
+    every stale read must come after the wipe began, and none before; the same for a
+    read that missed a DELETE, which saw the value before it (a resurrection to the
+    checker: on four test workers, hints had not yet brought node3 a DELETE when node1's
+    disk went). The final state must be right."""
     driver = browser
     with running_cluster(tmp_path, 3, "--probe-rate", PROBE_RATE) as cluster:
         open_page(driver, cluster)
@@ -150,7 +153,10 @@ def test_the_same_experiment_on_dht_with_one_disk_lost_loses_nothing(
     run = read_run(tmp_path / "data" / "runs" / result["folder"])
     report = check(run.history, run.final, final_at=run.final_at)
     assert report.final_state_ok, report.details()
-    assert not report.lost and not report.resurrected and not report.phantoms, report.details()
     (wipe,) = [fault for fault in run.faults if fault.label == "wipe node1 and restart"]
+    undone = [
+        seen for seen in report.resurrected if seen.read is None or seen.read.invoked < wipe.start
+    ]
+    assert not report.lost and not undone and not report.phantoms, report.details()
     early = [stale for stale in report.stale_reads if stale.read.invoked < wipe.start]
     assert not early, report.details()
