@@ -4,8 +4,9 @@
 # installs Debian's wrk as root (the load smoke tests drive it; as another user it
 # says which command to run), Chromium the same way for the dashboard's browser test
 # (skipped, not failed, where it cannot be installed), fuse3 for the power-loss
-# filesystem's tests (skipped with the reason where FUSE cannot be mounted), and
-# libfaketime for the clock tier (skipped, not failed, without it).
+# filesystem's tests (skipped with the reason where FUSE cannot be mounted),
+# libfaketime for the clock tier (skipped, not failed, without it), and podman with
+# mmdebstrap for the node's image, which `make test` builds and grades (`make image`).
 
 PYTHON ?= python3
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -25,26 +26,39 @@ CHECKED := $(wildcard dht tests chaos locustfiles bench deploy)
 run: $(STAMP)
 	$(PY) -m dht cluster
 
-test: $(STAMP) $(TOXIPROXY) wrk browser fuse faketime lint
-	$(PY) -m pytest --durations=30
-	# Once more over TLS between nodes (DHT_TLS=1: a throwaway CA per test cluster):
-	# every chaos scenario with nodes in it, and the channel's live fuzz (the history
-	# checker's, the report's and Toxiproxy's own tests start no node, and the true peer's
-	# fuzz runs a plain node whatever DHT_TLS says: not twice). Left out for CI's time
-	# (about 95 s): the second flapping run, the two longest removals of dead nodes, the
-	# grow to 5 and back, and the resumption after a kill mid-handoff, whose channel and
-	# stream traffic the other flapping run and membership scenarios carry too; and the
-	# first delete-through-a-shrink scenario (20 s), whose refusals the second one carries.
-	DHT_TLS=1 $(PY) -m pytest chaos tests/fuzz/test_replica_channel_live.py tests/spec/test_dht_tls.py \
-		--ignore=chaos/test_history.py --ignore=chaos/test_report.py \
-		--deselect chaos/test_testbed.py::test_a_toxiproxy_whose_control_port_hangs_is_restarted_with_the_same_links \
-		--deselect tests/fuzz/test_replica_channel_live.py::test_fuzzed_calls_from_a_true_peer_leave_the_node_serving_with_its_budget_back \
-		--deselect chaos/test_flapping.py::test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resurrecting_nothing \
-		--deselect chaos/test_membership_dead.py::test_a_node_that_was_to_stay_lost_for_good_mid_stream_is_removed_after_the_change \
-		--deselect chaos/test_membership_dead.py::test_a_second_node_dying_mid_streaming_stops_the_removal_until_it_is_back \
-		--deselect chaos/test_membership.py::test_grow_from_3_to_5_and_shrink_back_to_3_under_load \
-		--deselect chaos/test_membership.py::test_a_node_killed_mid_handoff_resumes_where_it_stopped \
-		--deselect chaos/test_membership_tombstones.py::test_a_delete_acknowledged_after_a_shrink_stays_deleted_when_the_leaving_node_returns_after_the_grace
+# The suite runs on WORKERS pytest-xdist workers at once, more than the machine's cores:
+# most tests wait on real processes and timers. Each worker chooses its own ports and
+# namespaces' addresses (dht/testbed/workers.py); the tests of one xdist_group (the
+# image's, which build it once) run on one worker. Tests marked `alone` (load at full
+# speed, a rate to hold, deadlines that count on the machine's throughput) run after the
+# rest, by themselves. WORKERS=0: all in this process.
+WORKERS ?= 4
+PARALLEL := -n $(WORKERS) --dist loadgroup
+
+test: $(STAMP) $(TOXIPROXY) wrk browser fuse faketime podman lint
+	DHT_IMAGE_TESTS=1 $(PY) -m pytest $(PARALLEL) -m "not alone" --durations=30
+	DHT_TLS=1 $(PY) -m pytest $(PARALLEL) -m "not alone" $(TLS_PASS)
+	$(PY) -m pytest -m alone
+	DHT_TLS=1 $(PY) -m pytest -m alone $(TLS_PASS)
+
+# The pass over TLS between nodes (DHT_TLS=1: a throwaway CA per test cluster): every
+# chaos scenario with nodes in it, and the channel's live fuzz (the history checker's,
+# the report's and Toxiproxy's own tests start no node, and the true peer's fuzz runs a
+# plain node whatever DHT_TLS says: not twice). Left out for CI's time (about 95 s): the
+# second flapping run, the two longest removals of dead nodes, the grow to 5 and back,
+# and the resumption after a kill mid-handoff, whose channel and stream traffic the other
+# flapping run and membership scenarios carry too; and the first delete-through-a-shrink
+# scenario (20 s), whose refusals the second one carries.
+TLS_PASS := chaos tests/fuzz/test_replica_channel_live.py tests/spec/test_dht_tls.py \
+	--ignore=chaos/test_history.py --ignore=chaos/test_report.py \
+	--deselect chaos/test_testbed.py::test_a_toxiproxy_whose_control_port_hangs_is_restarted_with_the_same_links \
+	--deselect tests/fuzz/test_replica_channel_live.py::test_fuzzed_calls_from_a_true_peer_leave_the_node_serving_with_its_budget_back \
+	--deselect chaos/test_flapping.py::test_with_hints_off_anti_entropy_converges_flapping_replicas_losing_and_resurrecting_nothing \
+	--deselect chaos/test_membership_dead.py::test_a_node_that_was_to_stay_lost_for_good_mid_stream_is_removed_after_the_change \
+	--deselect chaos/test_membership_dead.py::test_a_second_node_dying_mid_streaming_stops_the_removal_until_it_is_back \
+	--deselect chaos/test_membership.py::test_grow_from_3_to_5_and_shrink_back_to_3_under_load \
+	--deselect chaos/test_membership.py::test_a_node_killed_mid_handoff_resumes_where_it_stopped \
+	--deselect chaos/test_membership_tombstones.py::test_a_delete_acknowledged_after_a_shrink_stays_deleted_when_the_leaving_node_returns_after_the_grace
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(CHECKED)
@@ -161,8 +175,8 @@ image-base: podman
 	podman import --quiet build/image/base.tar $(IMAGE_BASE)
 	rm build/image/base.tar
 
-# The image's test (tests/deploy): a three-node compose cluster from the image. Minutes,
-# so not part of `make test`; it skips unless DHT_IMAGE_TESTS=1.
+# The image's tests alone (tests/deploy): `make test` runs them too, on one of its workers
+# while the others run the rest. They skip unless DHT_IMAGE_TESTS=1.
 image-test: image
 	DHT_IMAGE_TESTS=1 $(PY) -m pytest tests/deploy
 

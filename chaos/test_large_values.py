@@ -15,11 +15,17 @@ import time
 from collections import Counter
 
 import aiohttp
+import pytest
 
 from dht.conformance.fixtures import ClusterFactory
 from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
 from tests.fixtures import ChaosClusterFactory
+
+# Their deadlines (SPEC 9.1, 9.14) count on a replica taking 8 MiB/s: with three other
+# workers beside them, a replica's 16 MiB write could wait on a core or on the disk longer
+# (a run of the suite on four workers saw one replica call of the burst time out).
+pytestmark = pytest.mark.alone
 
 TIMEOUT = 1.0  # --timeout, the default
 VALUE = bytes(range(256)) * (16 * 1024 * 1024 // 256)  # 16 MiB, the largest value

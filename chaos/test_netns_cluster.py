@@ -6,12 +6,9 @@ command says why in one line."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import random
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,24 +17,10 @@ import pytest
 
 from dht.conformance.http_client import request, wait_for
 from dht.testbed.netns import netns_unavailable
+from dht.testbed.toxiproxy import consecutive_free_ports
 from tests.launcher import REPO, interrupt
 
 unavailable = netns_unavailable()
-
-
-def consecutive_free_ports(count: int) -> list[int]:
-    """`count` consecutive free ports below the kernel's ephemeral range (the command
-    numbers its nodes from --base-port): a busy machine's outgoing connections can hold
-    most of that range, and one of them on base + 1 makes the node fail to bind."""
-    for base in random.sample(range(20000, 32000, count), 200):
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return list(range(base, base + count))
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def children_of(root: int) -> list[int]:
@@ -80,9 +63,11 @@ def in_namespaces(namespaces: set[str]) -> list[int]:
     return pids
 
 
-def uplinks() -> set[str]:
-    """The root namespace's veths to a test bed's bridge (netns.py names them dhtPID)."""
-    return {name for name in os.listdir("/sys/class/net") if name.startswith("dht")}
+def uplinks(holders: list[int]) -> set[str]:
+    """The root namespace's veths to the bridge of a test bed whose hub namespace one of
+    `holders` held (netns.py names them dhtPID): other test beds', started by other test
+    workers meanwhile, are theirs."""
+    return set(os.listdir("/sys/class/net")) & {f"dht{pid}" for pid in holders}
 
 
 @pytest.mark.skipif(unavailable is not None, reason=unavailable or "")
@@ -90,7 +75,6 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
     tmp_path: Path,
 ) -> None:
     ports = consecutive_free_ports(3)
-    before = uplinks()
     command = [sys.executable, "-m", "dht", "cluster", "--netns", "--nodes", "3"]
     command += ["--base-port", str(ports[0]), "--data-dir", str(tmp_path / "data")]
     command += ["--dashboard-port", "0"]
@@ -124,7 +108,7 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
     assert process.returncode == 0, output.decode(errors="replace")
     assert [pid for pid in started if alive(pid)] == []
     assert in_namespaces(namespaces) == []
-    assert uplinks() - before == set()
+    assert uplinks(started) == set()
 
 
 @pytest.mark.skipif(unavailable is not None, reason=unavailable or "")

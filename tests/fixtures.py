@@ -4,6 +4,7 @@ wheels that dht's installs are made from."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,9 +14,25 @@ from dht.conformance.launcher import Cluster
 from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import Testbed
 from tests.launcher import chaos_cluster
-from tests.wheelhouse import Wheelhouse, build_wheelhouse
+from tests.wheelhouse import Wheelhouse, shared_wheelhouse
 
 ChaosClusterFactory = Callable[..., tuple[Cluster, Testbed]]
+
+
+# The xdist_group of the image's tests (tests/deploy): one worker builds it, once.
+IMAGE_GROUP = "image"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The image's tests first (`make test` runs them with DHT_IMAGE_TESTS=1): the worker
+    that takes them builds the image, minutes mostly spent waiting on downloads and dpkg,
+    while the other workers run the rest of the suite, rather than at the end of it."""
+    items.sort(key=lambda item: not _in_group(item, IMAGE_GROUP))
+
+
+def _in_group(item: pytest.Item, group: str) -> bool:
+    marker = item.get_closest_marker("xdist_group")
+    return marker is not None and group in (*marker.args, marker.kwargs.get("name"))
 
 
 @pytest.fixture
@@ -51,5 +68,9 @@ def lazy_mount(tmp_path: Path) -> Iterator[PowerLossMount]:
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
     """The wheel this clone builds and every wheel its installs pull in, fetched once per
-    session (tests/wheelhouse.py): `wheelhouse.install(folder, "kit")` is a fresh venv."""
-    return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
+    run (tests/wheelhouse.py): `wheelhouse.install(folder, "kit")` is a fresh venv. The
+    workers of a run share it, in the folder above their own (pytest's pytest-N)."""
+    folder = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = folder.parent
+    return shared_wheelhouse(folder / "wheelhouse")

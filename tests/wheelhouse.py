@@ -10,6 +10,7 @@ a test runs (`Install.compile_imports`), not for all of matplotlib and numpy."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -153,6 +154,24 @@ def copy_of_the_clone(folder: Path) -> Path:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, folder / name, follow_symlinks=False)
     return folder
+
+
+def shared_wheelhouse(folder: Path) -> Wheelhouse:
+    """The wheelhouse in `folder`, built by the first of a run's test workers to ask for
+    it while the others wait on a lock, then taken as it is: one build per run, not one
+    per worker (about a minute of both cores)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = folder / "built"
+        if built.exists():
+            (wheel,) = (folder / "wheels").glob("dht-*.whl")
+            return Wheelhouse(folder / "wheels", wheel)
+        shutil.rmtree(folder / "source", ignore_errors=True)
+        shutil.rmtree(folder / "wheels", ignore_errors=True)
+        made = build_wheelhouse(folder)
+        built.touch()
+        return made
 
 
 def build_wheelhouse(folder: Path) -> Wheelhouse:

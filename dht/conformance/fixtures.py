@@ -32,6 +32,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rule(*numbers): the SPEC.md rules a test checks")
     config.addinivalue_line(
         "markers",
+        "alone: cannot share the machine (load at full speed, a rate to hold, a bound of "
+        "wall-clock time a busy machine stretches): dht's `make test` runs it after the "
+        "others, by itself",
+    )
+    config.addinivalue_line(
+        "markers",
         f"controls(*names): what the test does to node processes ({', '.join(CONTROLS)}); "
         "on a running cluster (--nodes) it needs those commands",
     )

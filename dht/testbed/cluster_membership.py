@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from dht.model.topology import STABLE, TopologyState
 from dht.testbed.cluster_control import ActionFailed, Held, one_at_a_time
 from dht.testbed.node_processes import START_DEADLINE, stop_all, wait_until_serving
+from dht.testbed.workers import shared_range
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,9 @@ class MembershipChanges:
 
 
 def free_port_after(host: str, port: int) -> int:
-    """The first port above `port` nothing listens on (a bind says so)."""
-    for candidate in range(port + 1, 65536):
+    """The first port above `port` nothing listens on (a bind says so), in this test
+    worker's share of ports (workers.py; all of them outside a test run)."""
+    for candidate in shared_range(port + 1, 65536):
         with socket.socket() as sock:
             try:
                 sock.bind((host, candidate))

@@ -48,6 +48,7 @@ from dht.testbed.toxiproxy import (
     link_name,
     node_name,
 )
+from dht.testbed.workers import shared_range
 
 # The /24s tried, in order, when no prefix is given: rarely used ones (10.213.N.0/24).
 _PREFIX_BASE = "10.213"
@@ -89,7 +90,8 @@ def netns_unavailable() -> str | None:
 
 
 def free_prefix() -> str:
-    """The first 10.213.N (N = 0..255) that no address or route of this namespace uses."""
+    """The first 10.213.N (N = 0..255, this test worker's share) that no address or route
+    of this namespace uses."""
     taken = subprocess.run(
         ["ip", "-4", "-o", "route", "show", "table", "all"],
         capture_output=True,
@@ -99,7 +101,7 @@ def free_prefix() -> str:
     taken += subprocess.run(
         ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
     ).stdout
-    for third in range(256):
+    for third in shared_range(0, 256):  # never one another test worker may take (workers.py)
         prefix = f"{_PREFIX_BASE}.{third}"
         if f"{prefix}." not in taken:
             return prefix

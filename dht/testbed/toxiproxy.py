@@ -32,6 +32,7 @@ import requests
 from toxiproxy.proxy import Proxy
 
 from dht.config import url_port
+from dht.testbed.workers import BLOCK, in_share, shared_range
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +71,20 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LISTEN_SPAN = 12_000
 
 
-def listen_ports() -> range:
+def listen_ports() -> Sequence[int]:
     """The ports to choose for a process that will listen later: below the kernel's
     ephemeral range, which it never gives a connection as its own end. A port chosen
     inside that range could be taken, before its node binds it, as the local end of any
     connection (a peer started earlier connecting out): found as "address already in
-    use" by CI runs. Empty where the range cannot be read (the kernel then chooses)."""
+    use" by CI runs. Only this test worker's share of them (workers.py), so workers
+    running at once never choose the same port. Empty where the range cannot be read
+    (the kernel then chooses)."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return range(0)
     start = max(1024, low - LISTEN_SPAN)
-    return range(start, low) if low - start >= 1000 else range(0)
+    return shared_range(start, low) if low - start >= 1000 else range(0)
 
 
 def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
@@ -109,9 +112,30 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -
             sock = stack.enter_context(socket.socket())
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-            if port not in avoided and port not in chosen:
+            if port not in avoided and port not in chosen and in_share(port):
                 chosen.append(port)
         return chosen
+
+
+def consecutive_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` (at most BLOCK) consecutive free ports, for a command that numbers its
+    nodes from one (`dht cluster --base-port`): inside one block of this test worker's
+    share (workers.py), below the kernel's ephemeral range like `free_ports`."""
+    if not 1 <= count <= BLOCK:
+        raise ValueError(f"between 1 and {BLOCK} consecutive ports, not {count}")
+    ports = listen_ports()
+    bases = [port for port in ports if port % BLOCK == 0 and port + count - 1 <= ports[-1]]
+    if not bases:  # no range to draw from: the kernel's choices
+        bases = [port for port in free_ports(100) if in_share(port + count - 1)]
+    for base in random.Random().sample(bases, min(200, len(bases))):
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    stack.enter_context(socket.socket()).bind((host, port))
+            except OSError:
+                continue
+        return list(range(base, base + count))
+    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def ports_needed(nodes: int) -> int:

@@ -27,8 +27,8 @@ import pytest
 
 from dht.conformance.http_client import HOST, Response, free_port, request
 from dht.conformance.rules import rule
+from dht.testbed.toxiproxy import consecutive_free_ports
 from tests.cockpit.conftest import PAGE_DEADLINE
-from tests.spec.test_dht_cluster_command import consecutive_free_ports
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "artifacts" / "cockpit.png"
 START_DEADLINE = 45.0  # Toxiproxy, three nodes, then the dashboard, on a 2-core machine

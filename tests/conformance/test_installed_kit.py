@@ -102,6 +102,7 @@ def scenario_counts(report: str) -> dict[str, dict[str, int]]:
     return rows
 
 
+@pytest.mark.alone  # rule 1.1, a node serving within a second of its start, among them
 def test_the_installed_kit_grades_dht_from_an_empty_folder_into_a_portable_report(
     installed_kit: InstalledKit,
 ) -> None:

@@ -1,17 +1,19 @@
 """The node's image and its compose cluster (deploy/, compose.yaml), through the real
 path: `make image`, `podman-compose up`, requests from the host to the published ports.
 
-Slow, so off by default: a first `make image` on a fresh machine takes about 4-5 min
-(mmdebstrap's base, the wheels, the build) and, with all of it cached, 20 s; each compose
-cluster then takes about 10 s to start and stop. More than CI's room, so the tests run
-only with DHT_IMAGE_TESTS=1 (`make image-test`), and skip, with the reason, where podman
-or podman-compose is missing or the user is not root (the image is built by rootful
+Slow: a first `make image` on a fresh machine takes about 4-5 min (mmdebstrap's base,
+the wheels, the build) and, with all of it cached, 20 s; each compose cluster then takes
+about 10 s to start and stop. `make test` runs them (DHT_IMAGE_TESTS=1) on one worker,
+first, while the others run the rest of the suite; a plain `pytest` skips them unless
+DHT_IMAGE_TESTS=1 (`make image-test`), and they skip, with the reason, where podman or
+podman-compose is missing or the user is not root (the image is built by rootful
 podman). Podman runs with deploy/containers.conf unless CONTAINERS_CONF names another.
 Traffic goes only to 127.0.0.1 and the clusters' own networks.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -27,6 +29,7 @@ import pytest
 
 from dht.conformance.http_client import Response, request
 from dht.testbed.toxiproxy import free_ports
+from tests.fixtures import IMAGE_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/dht:latest"
@@ -49,6 +52,7 @@ def _unavailable() -> str | None:
 pytestmark = [
     pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
     pytest.mark.timeout(900),
+    pytest.mark.xdist_group(IMAGE_GROUP),  # one worker builds the image, once
 ]
 
 
@@ -67,16 +71,21 @@ def _podman(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="session")
 def image() -> str:
     """The image, built once a run by `make image` (cached layers make a rebuild of an
-    unchanged tree take seconds). `-o` takes the virtualenv running this test as made."""
+    unchanged tree take seconds). `-o` takes the virtualenv running this test as made.
+    One build at a time in this clone (a lock in build/): two at once, from two test
+    workers or a `make image` by hand, would write the same wheel folder."""
     started = time.monotonic()
-    built = subprocess.run(
-        ["make", "--no-print-directory", "-o", ".venv/.installed", "image"],
-        cwd=ROOT,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / "image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = subprocess.run(
+            ["make", "--no-print-directory", "-o", ".venv/.installed", "image"],
+            cwd=ROOT,
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     print(f"make image: {time.monotonic() - started:.0f} s", file=sys.stderr)
     return IMAGE

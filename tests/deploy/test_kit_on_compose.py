@@ -24,10 +24,12 @@ from tests.deploy.test_image import (
     _unavailable,
     image,  # noqa: F401  (a fixture)
 )
+from tests.fixtures import IMAGE_GROUP
 
 pytestmark = [
     pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
     pytest.mark.timeout(900),
+    pytest.mark.xdist_group(IMAGE_GROUP),  # one worker builds the image, once
 ]
 TIERS = "core,replication,durability,faults,convergence"
 

@@ -24,8 +24,8 @@ import pytest
 
 from dht.conformance.http_client import HOST, free_port, request
 from dht.conformance.rules import rule
+from dht.testbed.toxiproxy import consecutive_free_ports
 from tests.launcher import REPO, run_module
-from tests.spec.test_dht_cluster_command import consecutive_free_ports
 
 pytestmark = pytest.mark.dht
 

@@ -17,8 +17,9 @@ import pytest
 
 from dht.conformance.http_client import request, status_code, wait_for
 from dht.conformance.rules import rule
+from dht.testbed.toxiproxy import consecutive_free_ports
 from tests.launcher import REPO, interrupt, run_module
-from tests.spec.test_dht_cluster_command import child_pid, consecutive_free_ports
+from tests.spec.test_dht_cluster_command import child_pid
 
 pytestmark = pytest.mark.dht
 

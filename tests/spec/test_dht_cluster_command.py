@@ -3,11 +3,9 @@ serves, and is closed to forged replica writes out of the box (rule 11.4)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -16,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from dht.conformance.http_client import HOST, free_port, request, status_code, wait_for
+from dht.conformance.http_client import HOST, request, status_code, wait_for
 from dht.conformance.launcher import Node
 from dht.conformance.peer_tools import peer_hello, replica_call
 from dht.conformance.rules import rule
 from dht.model.clock import version_at, wall_clock_ms
 from dht.model.record import Record
+from dht.testbed.toxiproxy import consecutive_free_ports
 from dht.transport.messages import PutRecord, Refused
 from tests.launcher import interrupt
 
@@ -78,21 +77,6 @@ def test_cluster_command_serves_and_refuses_replica_writes_without_its_generated
 
 def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def consecutive_free_ports(count: int) -> list[int]:
-    """`count` consecutive free ports (the command numbers its nodes from --base-port)."""
-    for _ in range(100):
-        base = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind((HOST, port))
-            except OSError:
-                continue
-        return list(range(base, base + count))
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def child_pid(parent: int, port: int) -> int:
