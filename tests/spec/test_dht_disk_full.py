@@ -140,7 +140,8 @@ def test_a_full_volume_refuses_writes_with_507_serves_reads_and_recovers(
     assert all(node.get(key).body == VALUE for key in acked)
     assert disk_status(node)["refusing_writes"] is False
     print(
-        f"\nfull disk: {len(acked)} values of 256 KiB acknowledged ({stored_mib:.1f} MiB) on a "
+        f"\nfull disk: {len(acked)} values of 256 KiB acknowledged "
+        f"({len(acked) * len(VALUE) / MiB:.1f} MiB) on a "
         f"{VOLUME_MIB} MiB volume with {BALLAST_MIB} MiB of ballast, then 507; restart "
         f"and reads fine; writes resumed once the ballast was deleted"
     )
