@@ -135,7 +135,9 @@ faketime:
 # import` makes it the base image (once; `make image-base` again to refresh it), pip on
 # the host fetches the node's wheels, and `podman build` installs them FROM that base.
 # Podman runs with deploy/containers.conf (runc, no ulimits above the machine's), and
-# as root: rootful podman, and mmdebstrap's root mode.
+# as root: rootful podman, and mmdebstrap's root mode. Each build removes the untagged
+# images of dht's earlier builds (about 350 MB each: the image it replaced and the
+# install stage), which would otherwise pile up on every change of the source.
 IMAGE := localhost/dht:latest
 IMAGE_BASE := localhost/dht-base:bookworm
 IMAGE_WHEELS := build/image/wheels
@@ -149,6 +151,7 @@ image: podman $(IMAGE_WHEELS)/.dependencies deploy/secrets/cluster-secret
 		--no-deps -w $(IMAGE_WHEELS) .
 	podman build --format docker --build-arg BASE=$(IMAGE_BASE) \
 		--build-arg WHEELS=$(IMAGE_WHEELS) -f deploy/Containerfile -t $(IMAGE) .
+	podman image prune --force --filter label=org.dht.image >/dev/null
 
 # The wheels of the node's dependencies, at requirements.lock's versions: fetched again
 # only when those change. dht's own wheel is made on every `make image`, the same bytes
