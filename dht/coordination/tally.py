@@ -106,7 +106,12 @@ class Tally(Generic[T]):
         future: asyncio.Future[T],
         accept: Callable[[str, T], None] | None = None,
     ) -> None:
-        """Counts `future`'s outcome; `accept` may turn an answer into a PeerError."""
+        """Counts `future`'s outcome; `accept` may turn an answer into a PeerError. An
+        outcome already known (this node's own replica, a call its breaker refused) is
+        counted now, not a loop turn later."""
+        if future.done():
+            self._count(url, accept, future)
+            return
         self.pending[future] = url
         future.add_done_callback(functools.partial(self._done, url, accept))
 
