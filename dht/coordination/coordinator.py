@@ -31,6 +31,7 @@ from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.transport.peers import PeerError, Peers
+from dht.transport.replica import Replicas, SelfReplica
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +64,9 @@ class Coordinator:
         self._clock = clock
         self.counters = Counters()
         self._refusals = RateLimitedLog(log)
-        self._rounds = WriteRounds(
-            self._self_url,
-            storage,
-            peers,
-            clock,
-            hints,
-            self.counters,
-            self._refusals,
-            self._locally,
-        )
-        self._repairer = Repairer(self._self_url, storage, peers, self.counters, self._refusals)
+        self._replicas = Replicas(SelfReplica(self._self_url, storage, self._refusals), peers)
+        self._rounds = WriteRounds(self._replicas, clock, hints, self.counters, self._refusals)
+        self._repairer = Repairer(self._replicas, self.counters)
 
     # -- client operations -------------------------------------------------------------
 
@@ -91,10 +84,8 @@ class Coordinator:
             return refusal
         tally: Tally[Record | None] = Tally(quorums, self.counters, keeps_late=True)
         for url in targets:
-            if url != self._self_url:
-                tally.watch(url, self._peers[url].get(key), self._accept_remote)
-        if self._self_url in targets:
-            self._locally(tally, lambda: self._storage.get(key))
+            replica = self._replicas[url]
+            tally.watch(url, replica.get(key), self._accept_remote if replica.remote else None)
         await tally.decision()
         if not tally.quorum_met:
             return Outcome(Status.NOT_ENOUGH_REPLICAS)
@@ -212,34 +203,12 @@ class Coordinator:
         replicas in some replica set."""
         waits: list[float] = []
         for nodes, ack in quorums:
-            reachable = [
-                url for url in nodes if url == self._self_url or self._peers[url].available()
-            ]
-            if len(reachable) < ack:
-                waits += [
-                    self._peers[url].breaker.retry_after() for url in nodes if url not in reachable
-                ]
+            refused = [url for url in nodes if not self._replicas[url].available()]
+            if len(nodes) - len(refused) < ack:
+                waits += [self._replicas[url].retry_after() for url in refused]
         if not waits:
             return None
         return Outcome(Status.UNAVAILABLE, retry_after=min(waits))
-
-    def _locally(self, tally: Tally[T], operation: Callable[[], T | asyncio.Future[T]]) -> None:
-        """This node's own replica: a LevelDB point operation, on the loop, or a future
-        when storage writes a large value in its thread."""
-        try:
-            value = operation()
-            if isinstance(value, asyncio.Future):
-                tally.watch(self._self_url, value)
-                return
-        except DiskFull as exc:
-            self._refusals.warning("disk-full", "writes refused: %s", exc)
-            tally.failed(self._self_url, no_space=True)
-            return
-        except Exception:
-            log.exception("local replica operation failed")
-            tally.failed(self._self_url)
-            return
-        tally.succeeded(self._self_url, value)
 
     def _accept_remote(self, url: str, record: Record | None) -> None:
         """A replica's answer moves the clock, unless its version is too far ahead or

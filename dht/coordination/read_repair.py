@@ -10,11 +10,8 @@ import logging
 from collections.abc import Callable
 
 from dht.coordination.tally import Counters, log_replica_failure
-from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record, newest
-from dht.storage.disk import DiskFull
-from dht.storage.store import Storage
-from dht.transport.peers import Peers
+from dht.transport.replica import Replicas
 
 log = logging.getLogger(__name__)
 
@@ -22,39 +19,18 @@ log = logging.getLogger(__name__)
 class Repairer:
     """Sends one record to one replica, counted in `read_repairs` once it is stored."""
 
-    def __init__(
-        self,
-        self_url: str,
-        storage: Storage,
-        peers: Peers,
-        counters: Counters,
-        refusals: RateLimitedLog,
-    ) -> None:
-        self._self_url = self_url
-        self._storage = storage
-        self._peers = peers
+    def __init__(self, replicas: Replicas, counters: Counters) -> None:
+        self._replicas = replicas
         self.counters = counters
-        self._refusals = refusals
 
     def repair(self, url: str, key: bytes, record: Record) -> None:
         """Sends `record` to a replica that answered with an older one (put-if-newer, so
         it never undoes a newer write)."""
-        if url == self._self_url:
-            try:
-                stored = self._storage.write(key, record)
-            except DiskFull as exc:  # a repair is best effort: the read is answered anyway
-                self._refusals.warning("disk-full", "read repair skipped: %s", exc)
-                return
-            if isinstance(stored, bool):
-                self.counters.read_repairs += 1
-                return
-            stored.add_done_callback(functools.partial(self._repaired, url, key))
-            return
-        peer = self._peers.get(url)
-        if peer is None:  # a step retired it since the read: it is no one's replica now
+        replica = self._replicas.get(url)
+        if replica is None:  # a step retired it since the read: it is no one's replica now
             log.debug("read repair of %r skipped: %s left the membership", key, url)
             return
-        peer.put(key, record).add_done_callback(functools.partial(self._repaired, url, key))
+        replica.put(key, record).add_done_callback(functools.partial(self._repaired, url, key))
 
     def _repaired(self, url: str, key: bytes, future: asyncio.Future[bool]) -> None:
         if future.cancelled():

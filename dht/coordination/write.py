@@ -26,36 +26,25 @@ from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.replication.hints import HintStore
 from dht.storage.disk import DiskFull
-from dht.storage.store import Storage
-from dht.transport.peers import Peers
+from dht.transport.replica import Replicas
 
 log = logging.getLogger(__name__)
-
-# This node's own replica of a call: a LevelDB point operation, or a future when storage
-# writes a large value in its thread (`Coordinator._locally`).
-Locally = Callable[[Tally[bool], Callable[[], bool | asyncio.Future[bool]]], None]
 
 
 class WriteRounds:
     def __init__(
         self,
-        self_url: str,
-        storage: Storage,
-        peers: Peers,
+        replicas: Replicas,
         clock: HybridClock,
         hints: HintStore,
         counters: Counters,
         refusals: RateLimitedLog,
-        locally: Locally,
     ) -> None:
-        self._self_url = self_url
-        self._storage = storage
-        self._peers = peers
+        self._replicas = replicas
         self._clock = clock
         self._hints = hints
         self.counters = counters
         self._refusals = refusals
-        self._locally = locally
 
     async def write(
         self,
@@ -163,17 +152,15 @@ class WriteRounds:
         # Answers after the decision are kept for `_acknowledged_without`.
         tally: Tally[bool] = Tally(quorums, self.counters, keeps_late=True)
         for url in targets:
-            if url != self._self_url:
-                if (peer := self._peers.get(url)) is None:
-                    # Retired by a membership step since this write was placed (a write
-                    # sent again): a failed replica, as a node that left would be.
-                    tally.failed(url)
-                    continue
-                future = peer.put(key, record)
+            if (replica := self._replicas.get(url)) is None:
+                # Retired by a membership step since this write was placed (a write
+                # sent again): a failed replica, as a node that left would be.
+                tally.failed(url)
+                continue
+            future = replica.put(key, record)
+            if replica.remote:
                 future.add_done_callback(functools.partial(self._hint_if_missed, url, key, record))
-                tally.watch(url, future)
-        if self._self_url in targets:
-            self._locally(tally, lambda: self._storage.write(key, record))
+            tally.watch(url, future)
         return tally
 
     async def _learn_versions(
@@ -183,24 +170,19 @@ class WriteRounds:
         hold (they kept them over a write of this node's). Returns those heard, by
         replica, and the replicas whose record is further ahead than the drift bound
         (the clock does not move for it, rule 8.4); a replica in neither was not heard.
-        Its own replica's record is read from storage: what it kept may have come by a
-        handoff, which moves no clock."""
+        Its own replica's record is learned too: what it kept may have come by a handoff,
+        which moves no clock."""
         heard: dict[str, Record | None] = {}
         beyond: set[str] = set()
-        peers = [(url, self._peers.get(url)) for url in urls if url != self._self_url]
-        remote = [(url, peer) for url, peer in peers if peer is not None]  # not retired
-        reads = [peer.get(key) for _, peer in remote]
-        answers: list[tuple[str, Record | BaseException | None]] = []
-        if self._self_url in urls:
-            try:
-                answers.append((self._self_url, self._storage.get(key)))
-            except Exception as exc:
-                answers.append((self._self_url, exc))
-        answers += zip(
-            [url for url, _ in remote],
-            await asyncio.gather(*reads, return_exceptions=True),
-            strict=True,
-        )
+        calls = [
+            (url, replica.get(key))
+            for url in urls
+            if (replica := self._replicas.get(url)) is not None  # None: retired
+        ]
+        running = [call for _, call in calls if not call.done()]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        answers = [(url, _outcome(call)) for url, call in calls]
         for url, answer in answers:
             if isinstance(answer, BaseException):
                 log_replica_failure(url, answer)
@@ -231,12 +213,10 @@ class WriteRounds:
         does."""
         try:
             for round_ in range(RESTAMPS + 1):
-                stored = self._storage.write(key, record)
-                if isinstance(stored, asyncio.Future):
-                    stored = await stored
+                stored = await self._replicas.here.put(key, record)
                 if stored or round_ == RESTAMPS:
                     break
-                heard, _ = await self._learn_versions(key, [self._self_url])
+                heard, _ = await self._learn_versions(key, [self._replicas.here.url])
                 if not heard:  # past the drift bound, or not read: no replica stored it
                     return Outcome(Status.NOT_ENOUGH_REPLICAS)
                 record = dataclasses.replace(record, version=self._clock.now())
@@ -259,6 +239,13 @@ class WriteRounds:
             # Hinted handoff delivers it later; the hint is as old as the write, not as
             # the call's deadline (HintStore.add).
             self._hints.add(url, key, record, version_ms(record.version))
+
+
+def _outcome(call: asyncio.Future[Record | None]) -> Record | BaseException | None:
+    """A call's answer, or what ended it (as `gather(return_exceptions=True)` gives)."""
+    if call.cancelled():
+        return asyncio.CancelledError()
+    return call.exception() or call.result()
 
 
 class _Settling:

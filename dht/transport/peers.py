@@ -70,6 +70,11 @@ def _unobserved(outcome: str, seconds: float | None) -> None:
 
 
 class Peer:
+    """Another node, as a replica (`dht.transport.replica.Replica`) and for the range
+    and the internal JSON requests."""
+
+    remote = True
+
     def __init__(
         self,
         url: str,
@@ -146,6 +151,9 @@ class Peer:
 
     def available(self) -> bool:
         return self.breaker.available()
+
+    def retry_after(self) -> float:
+        return self.breaker.retry_after()
 
     def get(self, key: bytes) -> asyncio.Future[Record | None]:
         """The peer's record for `key` (None: it holds none). A large record gets time to

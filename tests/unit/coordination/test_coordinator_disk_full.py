@@ -31,8 +31,13 @@ class FakePeer:
         self.url = PEER
         self._answer = answer
 
+    remote = True
+
     def available(self) -> bool:
         return True
+
+    def retry_after(self) -> float:
+        return 0.0
 
     def get(self, key: bytes) -> asyncio.Future[Record | None]:
         future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()

@@ -45,8 +45,13 @@ class Replica:
     def record(self) -> Record | None:
         return self.storage.get(KEY)
 
+    remote = True
+
     def available(self) -> bool:
         return True
+
+    def retry_after(self) -> float:
+        return 0.0
 
     def _answer(self, future: asyncio.Future[Any], compute: Callable[[], Any]) -> None:
         def run() -> None:

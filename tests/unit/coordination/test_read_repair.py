@@ -12,6 +12,7 @@ from dht.model.clock import version_at
 from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.transport.peers import Peers
+from dht.transport.replica import Replicas, SelfReplica
 
 SELF = "http://127.0.0.1:1"
 LEAVING = "http://127.0.0.1:2"
@@ -28,7 +29,8 @@ async def test_a_late_answer_from_a_replica_a_step_retired_repairs_nothing(
     peers = Peers(config, [SELF, LEAVING], "ring")
     await peers.retire(keep=[SELF])
     counters = Counters()
-    repairer = Repairer(SELF, None, peers, counters, RateLimitedLog(logging.getLogger()))  # type: ignore[arg-type]
+    here = SelfReplica(SELF, None, RateLimitedLog(logging.getLogger()))  # type: ignore[arg-type]
+    repairer = Repairer(Replicas(here, peers), counters)
     repairer.repair(LEAVING, b"key", Record.live(version_at(1_000), b"value"))
     assert counters.read_repairs == 0
     await peers.close()

@@ -44,8 +44,13 @@ class SlowPeer:
     def __init__(self) -> None:
         self.calls: list[asyncio.Future[bool]] = []
 
+    remote = True
+
     def available(self) -> bool:
         return True
+
+    def retry_after(self) -> float:
+        return 0.0
 
     def put(self, key: bytes, record: object) -> asyncio.Future[bool]:
         self.calls.append(asyncio.get_running_loop().create_future())

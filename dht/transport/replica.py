@@ -1,0 +1,117 @@
+"""A replica of a key, on this node or another: the one interface the coordinator's
+fan-outs, write rounds, version learning and read repair call, so that each is one loop
+over replicas whatever their place.
+
+A call answers with a future in both places. A peer's (`dht.transport.peers.Peer`)
+resolves when the channel answers or the deadline comes; this node's own
+(`SelfReplica`) is a LevelDB point operation, so its future is done when returned, or
+resolves when the storage lands a write (the group commit, a large value's thread). The
+failures are the same few in both places: a volume below its reserve (`ReplicaFull` from
+a peer, `DiskFull` here) or, from a peer, another `PeerError`; anything else is a bug,
+logged with its traceback where it is counted (`dht.coordination.tally`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol, TypeVar
+
+from dht.model.log_limits import RateLimitedLog
+from dht.model.record import Record
+from dht.storage.disk import DiskFull
+from dht.storage.store import Storage
+from dht.transport.peers import Peer, Peers
+
+T = TypeVar("T")
+
+
+class Replica(Protocol):
+    url: str
+
+    @property
+    def remote(self) -> bool:
+        """Another node: the versions it answers with come from its clock (this node's
+        clock learns them), and a write it missed is left to it as a hint."""
+
+    def available(self) -> bool:
+        """Whether a call may be sent now (False: its circuit is open)."""
+
+    def retry_after(self) -> float:
+        """Seconds until a call may be sent again, when not `available`."""
+
+    def get(self, key: bytes) -> asyncio.Future[Record | None]:
+        """The replica's record of `key` (None: it holds none)."""
+
+    def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
+        """Whether the replica stored `record` (False: it held a newer one already)."""
+
+
+class SelfReplica:
+    """This node's own replica: its storage, answering as a peer does."""
+
+    remote = False
+
+    def __init__(self, url: str, storage: Storage, refusals: RateLimitedLog) -> None:
+        """`refusals`: where a write refused for the disk reserve is logged, rate-limited
+        with the coordinator's other refusals."""
+        self.url = url
+        self._storage = storage
+        self._refusals = refusals
+
+    def available(self) -> bool:
+        return True
+
+    def retry_after(self) -> float:
+        return 0.0
+
+    def get(self, key: bytes) -> asyncio.Future[Record | None]:
+        try:
+            return _done(self._storage.get(key))
+        except Exception as exc:
+            return _failed(exc)
+
+    def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
+        """Stored at once, or a future the storage resolves once the write landed."""
+        try:
+            stored = self._storage.write(key, record)
+        except DiskFull as exc:  # below the reserve: nothing was written
+            self._refusals.warning("disk-full", "writes refused: %s", exc)
+            return _failed(exc)
+        except Exception as exc:
+            return _failed(exc)
+        if isinstance(stored, asyncio.Future):
+            return stored
+        return _done(stored)
+
+
+class Replicas:
+    """This node's replica and its peers', by URL: the one place that tells them apart."""
+
+    def __init__(self, here: SelfReplica, peers: Peers) -> None:
+        self.here = here
+        self._peers = peers
+
+    def get(self, url: str) -> Replica | None:
+        """The replica of `url`, or None once a membership step retired its peer."""
+        if url == self.here.url:
+            return self.here
+        peer: Peer | None = self._peers.get(url)
+        return peer
+
+    def __getitem__(self, url: str) -> Replica:
+        replica = self.get(url)
+        if replica is None:
+            raise KeyError(url)
+        return replica
+
+
+def _done(value: T) -> asyncio.Future[T]:
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _failed(error: Exception) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(error)
+    return future
