@@ -30,6 +30,11 @@ from dht.model.merkle import Digest
 
 log = logging.getLogger(__name__)
 
+# A batch that takes longer than this to land (LevelDB's write and, by default, the
+# fsync) is logged: every write in it waited that long for its answer, which the
+# operator sees as slow requests and should be able to put down to the disk.
+SLOW_BATCH_SECONDS = 1.0
+
 # One operation of a batch: the LevelDB key and its new value, None to delete it.
 Operation = tuple[bytes, bytes | None]
 # The LevelDB write of one batch, run in the thread: (puts, deletes, sync).
@@ -53,6 +58,7 @@ class Batch:
     waiters: list[tuple[asyncio.Future[bool], bool]] = field(default_factory=list)
     writes: int = 0
     done: asyncio.Future[None] | None = None  # made when asked for (`landed`)
+    sent_at: float = 0.0  # the loop's time when the writer thread was handed it
 
 
 class GroupCommit:
@@ -164,6 +170,7 @@ class GroupCommit:
         batch, self._open = self._open, None
         self._in_flight = batch
         loop = asyncio.get_running_loop()
+        batch.sent_at = loop.time()
         written = loop.run_in_executor(self._writer, self._write_batch, batch)
         written.add_done_callback(functools.partial(self._landed, batch))
 
@@ -179,6 +186,15 @@ class GroupCommit:
                 del self._pending[key]
         error: BaseException | None
         error = asyncio.CancelledError() if written.cancelled() else written.exception()
+        took = asyncio.get_running_loop().time() - batch.sent_at
+        if took > SLOW_BATCH_SECONDS:
+            self._failures.warning(
+                "slow",
+                "a batch of %d writes took %.1f s to reach the disk%s: their requests waited",
+                batch.writes,
+                took,
+                " (fsync)" if self.sync else "",
+            )
         if error is None:
             self.batches += 1
             self.batched_writes += batch.writes

@@ -7,6 +7,7 @@ its own writes; closing writes what is still queued and answers none of it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ import pytest
 
 from dht.model.merkle import Digest
 from dht.model.record import Record
+from dht.storage import group_commit
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
 
@@ -244,3 +246,18 @@ async def test_with_durability_each_every_small_write_is_synced_on_its_own(
         assert storage.status()["syncs"] == storage.status()["synced_writes"] == 3
     finally:
         storage.close()
+
+
+async def test_a_batch_slow_to_reach_the_disk_is_logged_with_how_long_it_took(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(group_commit, "SLOW_BATCH_SECONDS", 0.05)
+    with caplog.at_level(logging.WARNING, logger=group_commit.__name__):
+        assert await written(storage.write(b"fast", Record.live(1, b"v")))
+        assert "to reach the disk" not in caplog.text
+        with writer_held(storage) as release:
+            slow = written(storage.write(b"slow", Record.live(1, b"v")))
+            await asyncio.sleep(0.1)  # the writer thread is busy: the batch waits
+            release.set()
+            assert await slow
+    assert "a batch of 1 writes took" in caplog.text and "(fsync)" in caplog.text
