@@ -20,6 +20,7 @@ from tests.deploy.test_image import (
     ComposeCluster,
     _compose_up,
     _environment,
+    _podman,
     _secrets_folder,
     _unavailable,
     image,  # noqa: F401  (a fixture)
@@ -38,6 +39,17 @@ TIERS = "core,replication,durability,faults,convergence"
 def compose_cluster(image: str, tmp_path: Path) -> Iterator[ComposeCluster]:  # noqa: F811
     folder = _secrets_folder(tmp_path / "secrets")
     yield from _compose_up(folder, ["compose.yaml"], f"dht-kit-test-{os.getpid()}")
+
+
+def node_logs(cluster: ComposeCluster, lines: int = 80) -> str:
+    """The last lines each node logged, so a failed grading says what the nodes saw."""
+    logs = []
+    for service in SERVICES:
+        name = cluster.container(service)
+        printed = _podman("logs", "--tail", str(lines), name)
+        logs.append(f"\n--- podman logs {name} (last {lines} lines) ---\n")
+        logs.append(printed.stdout + printed.stderr)
+    return "".join(logs)
 
 
 def test_the_kit_grades_the_compose_cluster_through_podmans_commands(
@@ -69,6 +81,6 @@ def test_the_kit_grades_the_compose_cluster_through_podmans_commands(
         "--quick",
     )
     print(f"the kit on the compose cluster: {time.monotonic() - started:.0f} s\n{run.output}")
-    assert run.exit_code == 0, run.output + run.report
+    assert run.exit_code == 0, run.output + run.report + node_logs(compose_cluster)
     for tier in TIERS.split(","):
         assert f"| {tier} | passes |" in run.report, run.report
