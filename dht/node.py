@@ -83,7 +83,6 @@ class ReplicaParts:
         )
         hint_delivery = HintDelivery(hints, peers, config.hint_interval)
         coordinator = Coordinator(config, storage, membership, peers, clock, hints)
-        local_replica = LocalReplica(storage, clock, config.secret, membership)
         rebalance = Rebalance(
             config.self_url, config.data_dir, storage, membership, peers, config.handoff_rate
         )
@@ -98,7 +97,9 @@ class ReplicaParts:
             config.timeout,
             observe_calls,
         )
-        local_replica.on_stored = steps.hand_off_if_not_owned
+        local_replica = LocalReplica(
+            storage, clock, config.secret, membership, steps.hand_off_if_not_owned
+        )
         return cls(hints, hint_delivery, coordinator, local_replica, rebalance, repair_loops, steps)
 
 

@@ -35,16 +35,17 @@ class LocalReplica:
         clock: HybridClock,
         secret: str | None,
         membership: Membership,
+        on_stored: Callable[[bytes, Record], None] | None = None,
     ) -> None:
+        """`on_stored` is told of every replica write once stored (the handoff looks for
+        records this node does not own: `StepApplier.hand_off_if_not_owned` in
+        dht.membership.step)."""
         self._storage = storage
         self._clock = clock
         self._secret = secret
         self._membership = membership
         self._refusals = RateLimitedLog(log)
-        # Told of every replica write once stored (the handoff looks for records this
-        # node does not own: `StepApplier.hand_off_if_not_owned` in
-        # dht.membership.step), set by the node.
-        self.on_stored: Callable[[bytes, Record], None] | None = None
+        self._on_stored = on_stored
 
     def admit(self, hello: Hello) -> str | None:
         if hello.version != PROTOCOL_VERSION:
@@ -93,7 +94,7 @@ class LocalReplica:
             raise ReplicaRefusal(Why.VERSION_AHEAD, str(exc)) from None
         except DiskFull as exc:  # the record's bytes, or the clock's ceiling (SPEC 8.7)
             raise ReplicaRefusal(Why.NO_SPACE, str(exc)) from None
-        on_stored = self.on_stored
+        on_stored = self._on_stored
         if isinstance(stored, bool):
             if on_stored is not None:
                 on_stored(key, record)

@@ -90,9 +90,15 @@ def test_every_spec_section_and_rule_it_names_exists() -> None:
 
 
 def defined(name: str, source: str) -> bool:
-    """A function or class, or an attribute an object sets (`self.on_stored: ... =`)."""
+    """A function or class, an attribute an object sets (`self.breaker = ...`), or a
+    parameter on a line of its own (`on_stored: ... = None,`)."""
+    escaped = re.escape(name)
     return bool(
-        re.search(rf"(def|class) {re.escape(name)}\b|self\.{re.escape(name)}\b[^=\n]*= ", source)
+        re.search(
+            rf"(def|class) {escaped}\b|self\.{escaped}\b[^=\n]*= |^ +{escaped}: [^\n]*,$",
+            source,
+            flags=re.MULTILINE,
+        )
     )
 
 
