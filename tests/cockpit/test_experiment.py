@@ -37,7 +37,7 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "artifacts" / "cockpit-experi
 PROBE_RATE = "8"
 DOWN_SECONDS = 4.0
 # Experiments the naive node's test records at most, until one shows a lost write.
-NAIVE_EXPERIMENTS = 3
+NAIVE_EXPERIMENTS = 5
 
 
 def record(driver: Any) -> None:
@@ -105,7 +105,8 @@ def test_an_experiment_recorded_on_the_naive_node_shows_its_lost_writes(
 ) -> None:
     """The probe picks its keys at random: in one experiment in about fifteen, every key
     written while node3 was down happens to be written again after it came back, and
-    nothing is left to lose (a CI run met one). Each experiment records keys of its own,
+    nothing is left to lose (a CI run met one), and in some it fails on a stale read
+    alone (two CI runs met one). Each experiment records keys of its own,
     so the test records up to NAIVE_EXPERIMENTS of them on the same cluster and needs
     one to fail: a naive node that lost nothing in all of them would pass it only once
     in thousands of runs."""
@@ -117,10 +118,13 @@ def test_an_experiment_recorded_on_the_naive_node_shows_its_lost_writes(
             record(driver)
             missed_writes_then_lost_disks(driver, ("node1", "node2"))
             result = stop_recording(driver)
-            if result["verdict"] == "failed":
+            summary = (tmp_path / "data" / "runs" / result["folder"] / "summary.txt").read_text()
+            # A failed experiment may show only a stale read (a GET amid the faults that
+            # missed a write the final reads then found): a finding, not the loss the
+            # test is after, so it records another.
+            if result["verdict"] == "failed" and "lost=0" not in summary:
                 break
         assert result["verdict"] == "failed", result
-        summary = (tmp_path / "data" / "runs" / result["folder"] / "summary.txt").read_text()
         assert "lost=0" not in summary, summary
         faults = (tmp_path / "data" / "runs" / result["folder"] / "faults.jsonl").read_text()
         for label in ("kill -9 node3", "restart node3", "wipe node1", "wipe node2"):
