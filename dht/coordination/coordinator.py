@@ -64,9 +64,9 @@ class Coordinator:
         self._clock = clock
         self.counters = Counters()
         self._refusals = RateLimitedLog(log)
-        self._replicas = Replicas(SelfReplica(self._self_url, storage, self._refusals), peers)
+        self._replicas = Replicas(SelfReplica(self._self_url, storage), peers)
         self._rounds = WriteRounds(self._replicas, clock, hints, self.counters, self._refusals)
-        self._repairer = Repairer(self._replicas, self.counters)
+        self._repairer = Repairer(self._replicas, self.counters, self._refusals)
 
     # -- client operations -------------------------------------------------------------
 

@@ -9,7 +9,8 @@ import functools
 import logging
 from collections.abc import Callable
 
-from dht.coordination.tally import Counters, log_replica_failure
+from dht.coordination.tally import Counters, log_replica_failure, refused_for_space
+from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record, newest
 from dht.transport.replica import Replicas
 
@@ -19,9 +20,10 @@ log = logging.getLogger(__name__)
 class Repairer:
     """Sends one record to one replica, counted in `read_repairs` once it is stored."""
 
-    def __init__(self, replicas: Replicas, counters: Counters) -> None:
+    def __init__(self, replicas: Replicas, counters: Counters, refusals: RateLimitedLog) -> None:
         self._replicas = replicas
         self.counters = counters
+        self._refusals = refusals
 
     def repair(self, url: str, key: bytes, record: Record) -> None:
         """Sends `record` to a replica that answered with an older one (put-if-newer, so
@@ -30,7 +32,11 @@ class Repairer:
         if replica is None:  # a step retired it since the read: it is no one's replica now
             log.debug("read repair of %r skipped: %s left the membership", key, url)
             return
-        replica.put(key, record).add_done_callback(functools.partial(self._repaired, url, key))
+        repaired = replica.put(key, record)
+        if refused_for_space(repaired):  # a repair is best effort: the read is answered
+            self._refusals.warning("disk-full", "read repair skipped: %s", repaired.exception())
+            return
+        repaired.add_done_callback(functools.partial(self._repaired, url, key))
 
     def _repaired(self, url: str, key: bytes, future: asyncio.Future[bool]) -> None:
         if future.cancelled():

@@ -13,7 +13,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dht.storage.disk import DiskFull
 from dht.transport.peers import PeerError, ReplicaFull
@@ -36,6 +36,12 @@ def log_replica_failure(url: str, error: BaseException) -> None:
         log.debug("replica %s failed: %s", url, error)
     else:
         log.error("replica call to %s raised", url, exc_info=error)
+
+
+def refused_for_space(call: asyncio.Future[Any]) -> bool:
+    """Whether `call` ended at once on this node's volume below its reserve: a refusal
+    its caller logs, saying what was refused."""
+    return call.done() and not call.cancelled() and isinstance(call.exception(), DiskFull)
 
 
 class Tally(Generic[T]):

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 
 from dht.coordination.outcome import Outcome, Status
-from dht.coordination.tally import Counters, Tally, log_replica_failure
+from dht.coordination.tally import Counters, Tally, log_replica_failure, refused_for_space
 from dht.limits import RESTAMPS
 from dht.model.clock import HybridClock, VersionAhead, version_ms
 from dht.model.log_limits import RateLimitedLog
@@ -158,6 +158,8 @@ class WriteRounds:
                 tally.failed(url)
                 continue
             future = replica.put(key, record)
+            if refused_for_space(future):  # this node's own volume, below its reserve
+                self._refusals.warning("disk-full", "writes refused: %s", future.exception())
             if replica.remote:
                 future.add_done_callback(functools.partial(self._hint_if_missed, url, key, record))
             tally.watch(url, future)

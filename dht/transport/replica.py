@@ -8,7 +8,8 @@ resolves when the channel answers or the deadline comes; this node's own
 resolves when the storage lands a write (the group commit, a large value's thread). The
 failures are the same few in both places: a volume below its reserve (`ReplicaFull` from
 a peer, `DiskFull` here) or, from a peer, another `PeerError`; anything else is a bug,
-logged with its traceback where it is counted (`dht.coordination.tally`).
+logged with its traceback where it is counted (`dht.coordination.tally`). The caller
+says what a refusal for space meant (a client's write, a read repair skipped).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol, TypeVar
 
-from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
-from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
 from dht.transport.peers import Peer, Peers
 
@@ -51,12 +50,9 @@ class SelfReplica:
 
     remote = False
 
-    def __init__(self, url: str, storage: Storage, refusals: RateLimitedLog) -> None:
-        """`refusals`: where a write refused for the disk reserve is logged, rate-limited
-        with the coordinator's other refusals."""
+    def __init__(self, url: str, storage: Storage) -> None:
         self.url = url
         self._storage = storage
-        self._refusals = refusals
 
     def available(self) -> bool:
         return True
@@ -74,10 +70,7 @@ class SelfReplica:
         """Stored at once, or a future the storage resolves once the write landed."""
         try:
             stored = self._storage.write(key, record)
-        except DiskFull as exc:  # below the reserve: nothing was written
-            self._refusals.warning("disk-full", "writes refused: %s", exc)
-            return _failed(exc)
-        except Exception as exc:
+        except Exception as exc:  # DiskFull: below the reserve, nothing was written
             return _failed(exc)
         if isinstance(stored, asyncio.Future):
             return stored
@@ -112,6 +105,12 @@ def _done(value: T) -> asyncio.Future[T]:
 
 
 def _failed(error: Exception) -> asyncio.Future[Any]:
+    """A future failed with `error`; a StopIteration (a bug) as a RuntimeError, which a
+    future can hold."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if isinstance(error, StopIteration):
+        wrapped = RuntimeError(f"storage raised StopIteration: {error!r}")
+        wrapped.__cause__ = error
+        error = wrapped
     future.set_exception(error)
     return future

@@ -29,8 +29,8 @@ async def test_a_late_answer_from_a_replica_a_step_retired_repairs_nothing(
     peers = Peers(config, [SELF, LEAVING], "ring")
     await peers.retire(keep=[SELF])
     counters = Counters()
-    here = SelfReplica(SELF, None, RateLimitedLog(logging.getLogger()))  # type: ignore[arg-type]
-    repairer = Repairer(Replicas(here, peers), counters)
+    here = SelfReplica(SELF, None)  # type: ignore[arg-type]
+    repairer = Repairer(Replicas(here, peers), counters, RateLimitedLog(logging.getLogger()))
     repairer.repair(LEAVING, b"key", Record.live(version_at(1_000), b"value"))
     assert counters.read_repairs == 0
     await peers.close()

@@ -5,14 +5,12 @@ no space (SPEC.md rule 8.7: 507)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
 from dht.config import NodeConfig
 from dht.coordination.tally import Counters, Tally
-from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
@@ -20,13 +18,12 @@ from dht.transport.peers import Peers
 from dht.transport.replica import Replicas, SelfReplica
 
 SELF, PEER = "http://127.0.0.1:1", "http://127.0.0.1:2"
-REFUSALS = RateLimitedLog(logging.getLogger(__name__))
 
 
 async def test_reads_are_answered_at_once_and_writes_once_on_disk(tmp_path: Path) -> None:
     storage = Storage(tmp_path)  # the default durability: the group commit
     try:
-        here = SelfReplica(SELF, storage, REFUSALS)
+        here = SelfReplica(SELF, storage)
         absent = here.get(b"k")
         assert absent.done() and absent.result() is None
         assert await here.put(b"k", Record.live(2, b"newer")) is True
@@ -38,18 +35,14 @@ async def test_reads_are_answered_at_once_and_writes_once_on_disk(tmp_path: Path
         storage.close()
 
 
-async def test_a_volume_below_its_reserve_fails_the_write_as_no_space(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_a_volume_below_its_reserve_fails_the_write_as_no_space(tmp_path: Path) -> None:
     storage = Storage(tmp_path, disk_reserve=1 << 62)  # more than any volume holds
     try:
-        here = SelfReplica(SELF, storage, REFUSALS)
+        here = SelfReplica(SELF, storage)
         tally: Tally[bool] = Tally([([SELF], 1)], Counters())
-        with caplog.at_level(logging.WARNING):
-            tally.watch(SELF, here.put(b"k", Record.live(1, b"value")))
+        tally.watch(SELF, here.put(b"k", Record.live(1, b"value")))
         await tally.decision()
         assert not tally.quorum_met and tally.no_space == 1
-        assert "writes refused" in caplog.text
         with pytest.raises(DiskFull):
             await here.put(b"k", Record.live(2, b"value"))
     finally:
@@ -63,7 +56,7 @@ async def test_the_replicas_are_this_node_and_its_peers_until_a_step_retires_one
     peers = Peers(config, [SELF, PEER], "ring")
     storage = Storage(tmp_path / "data")
     try:
-        replicas = Replicas(SelfReplica(SELF, storage, REFUSALS), peers)
+        replicas = Replicas(SelfReplica(SELF, storage), peers)
         assert replicas[SELF] is replicas.here and not replicas.here.remote
         assert replicas[PEER] is peers[PEER] and replicas[PEER].remote
         await peers.retire(keep=[SELF])
