@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.launcher import Cluster
+from dht.conformance.running_cluster import wait_connected
 from dht.testbed.power_loss import PowerLossMount, mount, power_loss_unavailable
 from dht.testbed.toxiproxy import Testbed
 from tests.launcher import chaos_cluster
@@ -38,13 +39,19 @@ def _in_group(item: pytest.Item, group: str) -> bool:
 @pytest.fixture
 def start_chaos_cluster(tmp_path: Path) -> Iterator[ChaosClusterFactory]:
     """start_chaos_cluster(size, extra_args=None) -> (Cluster, Testbed): nodes whose every
-    link to a peer crosses a real Toxiproxy proxy; all stopped at teardown."""
+    link to a peer crosses a real Toxiproxy proxy, each coordinating with every other
+    (its channels dialled) before the test begins; all stopped at teardown."""
     started: list[tuple[Cluster, Testbed]] = []
 
     def start(size: int, extra_args: list[str] | None = None) -> tuple[Cluster, Testbed]:
         cluster, testbed = chaos_cluster(tmp_path / f"chaos-{len(started)}", size, extra_args)
         started.append((cluster, testbed))
-        return cluster.start(), testbed
+        cluster.start()
+        # Serving is not yet coordinating: a first write would dial its peers through
+        # the proxies, which on a busy machine can take longer than the scenarios'
+        # 0.3 s deadline (a 504 in CI on four workers).
+        wait_connected(cluster.nodes)
+        return cluster, testbed
 
     yield start
     for cluster, testbed in started:
