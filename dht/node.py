@@ -35,6 +35,7 @@ from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
 from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
 from dht.status import node_status
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
@@ -70,14 +71,17 @@ class ReplicaParts:
         cls,
         config: NodeConfig,
         storage: Storage,
+        digest_changes: DigestChanges,
         membership: Membership,
         peers: Peers,
         clock: HybridClock,
         answer_exchanges: Callable[[ExchangeAnswerer | None], None],
         observe_calls: Callable[[Iterable[Peer]], None],
     ) -> ReplicaParts:
-        """`answer_exchanges` is told what answers a peer's anti-entropy exchange (the
-        repair loops' hook); `observe_calls`, the peers a membership step adds."""
+        """`digest_changes` is the sink `storage` was made with, to which the repair loops
+        attach their trees; `answer_exchanges` is told what answers a peer's anti-entropy
+        exchange (the repair loops' hook); `observe_calls`, the peers a membership step
+        adds."""
         hints = HintStore(
             storage.hints, storage.disk, config.hint_max_bytes, hint_max_age(config), wall_clock_ms
         )
@@ -86,7 +90,9 @@ class ReplicaParts:
         rebalance = Rebalance(
             config.self_url, config.data_dir, storage, membership, peers, config.handoff_rate
         )
-        repair_loops = RepairLoops(config, storage, membership, peers, clock, answer_exchanges)
+        repair_loops = RepairLoops(
+            config, storage, digest_changes, membership, peers, clock, answer_exchanges
+        )
         steps = StepApplier(
             config.self_url,
             membership,
@@ -108,7 +114,14 @@ class Node:
         self.config = config
         self.started_at = time.monotonic()
         wall_ms = skewed_wall_clock(config.clock_skew)
-        self.storage = Storage(config.data_dir, config.disk_reserve, config.durability, wall_ms)
+        digest_changes = DigestChanges()  # storage publishes, the repair loops' trees listen
+        self.storage = Storage(
+            config.data_dir,
+            config.disk_reserve,
+            config.durability,
+            wall_ms,
+            changes=digest_changes,
+        )
         self.clock = HybridClock(
             wall_ms,
             config.max_clock_drift_ms,
@@ -147,6 +160,7 @@ class Node:
         parts = ReplicaParts.build(
             config,
             self.storage,
+            digest_changes,
             self.membership,
             self.peers,
             self.clock,

@@ -18,6 +18,7 @@ from dht.model.merkle import MerkleTrees
 from dht.model.topology import STABLE
 from dht.replication.anti_entropy import AntiEntropy
 from dht.replication.collector import Collector
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.transport.peers import Peers
@@ -32,13 +33,17 @@ class RepairLoops:
         self,
         config: NodeConfig,
         storage: Storage,
+        digest_changes: DigestChanges,
         membership: Membership,
         peers: Peers,
         clock: HybridClock,
         answer_exchanges: Callable[[ExchangeAnswerer | None], None],
     ) -> None:
+        """`digest_changes` is the one `storage` publishes to: the trees are attached to
+        it while the membership is stable."""
         self._config = config
         self._storage = storage
+        self._digest_changes = digest_changes
         self._membership = membership
         self._peers = peers
         self._clock = clock
@@ -69,7 +74,7 @@ class RepairLoops:
             self._config.tombstone_grace,
         )
         if self._membership.phase == STABLE:  # else they stay unhooked (and unstarted)
-            self._storage.on_change = trees.change  # after the snapshot the trees load
+            self._digest_changes.listen(trees.change)  # after the snapshot the trees load
             self._answer_exchanges(anti_entropy.answer)
         return anti_entropy, collector
 
@@ -97,7 +102,7 @@ class RepairLoops:
         return list(self._membership.state.draining or ())
 
     async def stop(self) -> None:
-        self._storage.on_change = None
+        self._digest_changes.listen(None)
         self._answer_exchanges(None)
         await self.collector.close()
         await self.anti_entropy.close()

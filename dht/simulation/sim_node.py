@@ -42,6 +42,7 @@ from dht.replication.fence import FenceWatch
 from dht.simulation.disk import SimDisk
 from dht.simulation.loop import EPOCH, Incarnation, VirtualLoop
 from dht.simulation.network import Network
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskSpace
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
@@ -200,6 +201,7 @@ class SimNode:
     def _build(self) -> None:
         config = self.config
         disk = self.disk
+        digest_changes = DigestChanges()
         self.storage = Storage(
             config.data_dir,
             0,
@@ -208,6 +210,7 @@ class SimNode:
             db=disk.db,
             writer=disk.writer(),
             disk=DiskSpace(config.data_dir, 0, measure=lambda _: _FREE_BYTES),
+            changes=digest_changes,
         )
         self.clock = HybridClock(
             wall_clock_ms,
@@ -230,6 +233,7 @@ class SimNode:
         parts = ReplicaParts.build(
             config,
             self.storage,
+            digest_changes,
             self.membership,
             self.peers,
             self.clock,

@@ -43,7 +43,7 @@ BatchWrite = Callable[[list[tuple[bytes, bytes]], list[bytes], bool], None]
 
 @dataclass(slots=True)
 class Change:
-    """What one batch does to a record's digest entry, for the trees (`on_change`):
+    """What one batch does to a record's digest entry, for the trees (`DigestChanges`):
     `old` is what was stored before the batch, `new` what is after it (None: removed)."""
 
     old: Digest | None

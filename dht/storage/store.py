@@ -5,8 +5,8 @@ lately (dht/transport/proof.py, `SeenNonces`) under a fourth.
 The digest index holds, for every record, its version, digest and copies (dht/model/merkle.py)
 under `d` + its leaf + its key: anti-entropy lists a leaf's records with one prefix scan,
 and the per-peer trees are rebuilt from it at start without reading a value. A record
-and its digest are written in one LevelDB batch, so they never disagree; `on_change`
-then tells the trees.
+and its digest are written in one LevelDB batch, so they never disagree; the node's
+`DigestChanges` (dht/storage/digest_changes.py) then tells the trees.
 
 How a write reaches the disk is `durability` (`--durability`, SPEC.md rule 10.2):
 "group" (the default) queues every write, records, hints and nonces alike, for the
@@ -40,6 +40,7 @@ from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
 from dht.storage.ceiling_file import CeilingFile
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskFull, DiskSpace, StorageError
 from dht.storage.group_commit import Batch, Change, GroupCommit, QueuedSpace
 
@@ -60,8 +61,6 @@ CLOCK_CEILING = b"m:clock-ceiling"
 # Nonce -> when it may be forgotten (Unix ms, 8 bytes big-endian).
 NONCES_PREFIX = b"n"
 _INDEX_BATCH = 10_000
-
-ChangeListener = Callable[[bytes, Digest | None, Digest | None], None]
 
 
 def digest_key(key: bytes) -> bytes:
@@ -185,11 +184,17 @@ class Storage:
         db: Any = None,
         writer: Executor | None = None,
         disk: DiskSpace | None = None,
+        changes: DigestChanges | None = None,
     ) -> None:
         """`db`, `writer` and `disk` are for a caller that supplies the medium itself (the
         simulator, `dht.simulation`): an open database with plyvel's interface, the
         executor the group commit's batches run in, and the volume's free space. By
-        default: LevelDB in `data_dir`, a thread of its own, and `data_dir`'s volume."""
+        default: LevelDB in `data_dir`, a thread of its own, and `data_dir`'s volume.
+
+        `changes` hears of every change to the digest index once it is on the disk: the
+        node's repair loops attach their trees to it. Without it, no one is told (a
+        tool or a test that keeps no trees)."""
+        self._changes = DigestChanges() if changes is None else changes
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
         self._db = open_leveldb(data_dir) if db is None else db
         self._ceiling = CeilingFile(data_dir / CEILING_FILE)
@@ -215,7 +220,6 @@ class Storage:
         )
         self.synced_on_loop = 0  # "each": small writes synced one by one
         self._nonce_landing: asyncio.Future[bool] | None = None
-        self.on_change: ChangeListener | None = None
         self._index_digests()
 
     async def drain(self) -> None:
@@ -342,8 +346,7 @@ class Storage:
         puts = [(stored_key, data), (digest_key(key), pack_digest(new))]
         write_or_disk_full(self._db, puts, [], self._sync)
         self.synced_on_loop += self._sync
-        if self.on_change is not None:
-            self.on_change(key, old, new)
+        self._changes.publish(key, old, new)
         return True
 
     def _queued_write(
@@ -419,9 +422,9 @@ class Storage:
         write_or_disk_full(self._db, puts, deletes, sync)
 
     def _landed(self, changes: dict[bytes, Change]) -> None:
-        if self.on_change is not None:
+        if self._changes.listening:  # else a batch's every key would be told to no one
             for key, change in changes.items():
-                self.on_change(key, change.old, change.new)
+                self._changes.publish(key, change.old, change.new)
 
     def digest(self, key: bytes) -> Digest | None:
         data = self._db.get(digest_key(key))
@@ -435,11 +438,11 @@ class Storage:
 
     def landed_digests(self) -> Iterator[tuple[bytes, Digest]]:
         """Every digest entry as the trees know them, for trees built now and told of
-        every change from now on (`on_change` set with no await after this call): the
-        batch in the writer thread counts as it was before it, since the trees hear of
-        it when it lands. LevelDB's snapshot, taken now, may or may not hold it already
-        (found by review: trees built at a membership step counted such a batch twice,
-        and differed from every peer's for good)."""
+        every change from now on (attached to the `DigestChanges` with no await after
+        this call): the batch in the writer thread counts as it was before it, since the
+        trees hear of it when it lands. LevelDB's snapshot, taken now, may or may not
+        hold it already (found by review: trees built at a membership step counted such
+        a batch twice, and differed from every peer's for good)."""
         before = self._queue.in_flight()
         entries = self.digests()
         return entries if not before else _as_before(entries, before)
@@ -469,8 +472,7 @@ class Storage:
             self._queue.queue(removal, (key, old, None), answer=None)
             return True
         write_or_disk_full(self._db, [], [stored_key, digest_key(key)], self._sync)
-        if self.on_change is not None:
-            self.on_change(key, old, None)
+        self._changes.publish(key, old, None)
         return True
 
     async def compact(self) -> None:

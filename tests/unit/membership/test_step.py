@@ -21,6 +21,7 @@ from dht.model.merkle import holders
 from dht.model.record import Record
 from dht.model.topology import HANDOFF, JOINT, STABLE, BadTransition, TopologyState
 from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
 
@@ -66,7 +67,8 @@ class OneNode:
             anti_entropy_interval=3600.0,
             tombstone_grace=3600.0,
         )
-        self.storage = Storage(data_dir)
+        self.digest_changes = DigestChanges()
+        self.storage = Storage(data_dir, changes=self.digest_changes)
         self.membership = Membership(
             data_dir, TopologyState(0, STABLE, cluster), self.config.vnodes
         )
@@ -77,6 +79,7 @@ class OneNode:
         self.loops = RepairLoops(
             self.config,
             self.storage,
+            self.digest_changes,
             self.membership,
             self.peers,  # type: ignore[arg-type]
             HybridClock(),
@@ -100,7 +103,7 @@ class OneNode:
         """Whether storage feeds the current trees and exchanges are answered from them."""
         answering = self.answerers[-1] if self.answerers else None
         return (
-            self.storage.on_change is not None
+            self.digest_changes.listening
             and answering is not None
             and answering == self.loops.anti_entropy.answer
         )
@@ -133,7 +136,7 @@ async def test_the_repair_loops_run_and_answer_only_while_the_membership_is_stab
 
     for step in (JOINT_STEP, HANDOFF_STEP):
         assert await node.steps.apply(step) is True
-        assert node.storage.on_change is None, step.phase
+        assert not node.digest_changes.listening, step.phase
         assert node.answerers[-1] is None, step.phase
         assert running_loops() == set(), step.phase
     assert node.peers.retired == []  # no peer is retired before the new ring is stable
@@ -210,7 +213,7 @@ async def test_a_node_started_mid_change_runs_no_repair_loop(tmp_path: Path) -> 
     node = OneNode(tmp_path)
     try:
         assert node.membership.phase == JOINT
-        assert node.storage.on_change is None and node.answerers == []
+        assert not node.digest_changes.listening and node.answerers == []
         node.loops.start()
         assert running_loops() == set()
         for step in (HANDOFF_STEP, STABLE_STEP, replace(STABLE_STEP, draining=())):

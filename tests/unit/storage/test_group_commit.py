@@ -20,6 +20,7 @@ import pytest
 from dht.model.merkle import Digest
 from dht.model.record import Record
 from dht.storage import group_commit
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
 
@@ -28,17 +29,22 @@ Changes = list[tuple[bytes, Digest | None, Digest | None]]
 
 
 @pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    storage = Storage(tmp_path)
+def digest_changes() -> DigestChanges:
+    return DigestChanges()
+
+
+@pytest.fixture
+async def storage(tmp_path: Path, digest_changes: DigestChanges) -> AsyncIterator[Storage]:
+    storage = Storage(tmp_path, changes=digest_changes)
     try:
         yield storage
     finally:
         storage.close()
 
 
-def listen(storage: Storage) -> Changes:
+def listen(digest_changes: DigestChanges) -> Changes:
     changes: Changes = []
-    storage.on_change = lambda key, old, new: changes.append((key, old, new))
+    digest_changes.listen(lambda key, old, new: changes.append((key, old, new)))
     return changes
 
 
@@ -83,9 +89,9 @@ async def test_a_write_is_read_only_once_its_batch_is_on_the_disk(storage: Stora
 
 
 async def test_in_one_batch_the_newer_write_of_a_key_wins_whatever_the_order(
-    storage: Storage,
+    storage: Storage, digest_changes: DigestChanges
 ) -> None:
-    changes = listen(storage)
+    changes = listen(digest_changes)
     older, newer = Record.live(1, b"old"), Record.live(2, b"new")
     first = written(storage.write(b"a", older))
     second = written(storage.write(b"a", newer))
@@ -99,8 +105,10 @@ async def test_in_one_batch_the_newer_write_of_a_key_wins_whatever_the_order(
     assert storage.status()["syncs"] == 1
 
 
-async def test_a_write_after_one_in_flight_is_decided_against_it(storage: Storage) -> None:
-    changes = listen(storage)
+async def test_a_write_after_one_in_flight_is_decided_against_it(
+    storage: Storage, digest_changes: DigestChanges
+) -> None:
+    changes = listen(digest_changes)
     with writer_held(storage) as release:
         in_flight = written(storage.write(b"k", Record.live(2, b"two")))
         await asyncio.sleep(0)  # flushed: in the thread's queue
@@ -156,8 +164,10 @@ class FullOnce:
         return getattr(self._db, name)
 
 
-async def test_a_batch_that_fails_fails_only_its_own_writes(storage: Storage) -> None:
-    changes = listen(storage)
+async def test_a_batch_that_fails_fails_only_its_own_writes(
+    storage: Storage, digest_changes: DigestChanges
+) -> None:
+    changes = listen(digest_changes)
     assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
     stored_before = storage.digest(b"k")
     real = storage._db
@@ -179,8 +189,10 @@ async def test_a_batch_that_fails_fails_only_its_own_writes(storage: Storage) ->
     assert len(changes) == 2
 
 
-async def test_collection_is_queued_and_waits_for_a_write_of_its_key(storage: Storage) -> None:
-    changes = listen(storage)
+async def test_collection_is_queued_and_waits_for_a_write_of_its_key(
+    storage: Storage, digest_changes: DigestChanges
+) -> None:
+    changes = listen(digest_changes)
     tombstone = Record.deleted(1)
     assert await written(storage.write(b"k", tombstone)) is True
     entry = storage.digest(b"k")

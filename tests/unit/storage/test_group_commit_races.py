@@ -16,6 +16,7 @@ import pytest
 from dht.model.merkle import MerkleTrees
 from dht.model.record import Record
 from dht.model.ring import Ring
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
 
@@ -24,8 +25,13 @@ NO_SPACE = "IO error: leveldb/000005.log: No space left on device"
 
 
 @pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    storage = Storage(tmp_path)
+def digest_changes() -> DigestChanges:
+    return DigestChanges()
+
+
+@pytest.fixture
+async def storage(tmp_path: Path, digest_changes: DigestChanges) -> AsyncIterator[Storage]:
+    storage = Storage(tmp_path, changes=digest_changes)
     try:
         yield storage
     finally:
@@ -55,12 +61,14 @@ def first_batch_fails(storage: Storage) -> threading.Event:
     return release
 
 
-async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Storage) -> None:
+async def test_trees_built_while_a_batch_lands_agree_with_the_disk(
+    storage: Storage, digest_changes: DigestChanges
+) -> None:
     """A membership step builds fresh trees (`RepairLoops.renew`): a snapshot of the
-    digest index, then `on_change` hooked, in one loop turn. A batch the writer thread
-    has written but whose landing the loop has not run yet is in the snapshot, and its
-    change reaches the trees again when it lands: counted twice, the tree of each peer
-    sharing the key differs from the disk's for good."""
+    digest index, then the trees attached to the `DigestChanges`, in one loop turn. A
+    batch the writer thread has written but whose landing the loop has not run yet is in
+    the snapshot, and its change reaches the trees again when it lands: counted twice,
+    the tree of each peer sharing the key differs from the disk's for good."""
     ring = Ring(NODES, 8)
     assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
     on_disk = threading.Event()
@@ -76,7 +84,7 @@ async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Stor
     assert on_disk.wait(5)  # written and synced; the loop has not run its landing yet
     trees = MerkleTrees(ring, NODES[0])
     snapshot = storage.landed_digests()  # what AntiEntropy reads for the trees
-    storage.on_change = trees.change  # hooked in the same turn, as the node does
+    digest_changes.listen(trees.change)  # attached in the same turn, as the node does
     assert await landing is True
     trees.load(snapshot)
     fresh = MerkleTrees(ring, NODES[0])
@@ -84,7 +92,9 @@ async def test_trees_built_while_a_batch_lands_agree_with_the_disk(storage: Stor
     assert trees.leaves == fresh.leaves
 
 
-async def test_trees_built_while_a_batch_fails_agree_with_the_disk(storage: Storage) -> None:
+async def test_trees_built_while_a_batch_fails_agree_with_the_disk(
+    storage: Storage, digest_changes: DigestChanges
+) -> None:
     ring = Ring(NODES, 8)
     assert await written(storage.write(b"k", Record.live(1, b"one"))) is True
     release = first_batch_fails(storage)
@@ -92,7 +102,7 @@ async def test_trees_built_while_a_batch_fails_agree_with_the_disk(storage: Stor
     await asyncio.sleep(0)
     trees = MerkleTrees(ring, NODES[0])
     snapshot = storage.landed_digests()
-    storage.on_change = trees.change
+    digest_changes.listen(trees.change)
     later = written(storage.write(b"k", Record.live(3, b"three")))
     release.set()
     with pytest.raises(DiskFull):
@@ -111,7 +121,7 @@ def trees_of(storage: Storage) -> MerkleTrees:
 
 
 async def test_a_failed_collection_leaves_no_older_write_over_its_tombstone(
-    storage: Storage,
+    storage: Storage, digest_changes: DigestChanges
 ) -> None:
     """Collection queues the removal of a tombstone; a write of the key decided against
     the queued removal saw no record at all, so one older than the tombstone was taken.
@@ -121,7 +131,7 @@ async def test_a_failed_collection_leaves_no_older_write_over_its_tombstone(
     tombstone = Record.deleted(10)
     assert await written(storage.write(b"k", tombstone)) is True
     trees = trees_of(storage)
-    storage.on_change = trees.change
+    digest_changes.listen(trees.change)
     release = first_batch_fails(storage)
     assert storage.collect(b"k", tombstone) is True  # its removal is queued
     await asyncio.sleep(0)  # in flight
@@ -133,12 +143,12 @@ async def test_a_failed_collection_leaves_no_older_write_over_its_tombstone(
 
 
 async def test_a_write_during_a_queued_collection_is_decided_against_what_it_removes(
-    storage: Storage,
+    storage: Storage, digest_changes: DigestChanges
 ) -> None:
     tombstone = Record.deleted(10)
     assert await written(storage.write(b"k", tombstone)) is True
     trees = trees_of(storage)
-    storage.on_change = trees.change
+    digest_changes.listen(trees.change)
     assert storage.collect(b"k", tombstone) is True
     assert storage.write(b"k", Record.live(5, b"older")) is False
     await storage.drain()
@@ -154,12 +164,12 @@ async def test_a_write_during_a_queued_collection_is_decided_against_what_it_rem
 
 
 async def test_a_newer_write_after_a_failed_collection_replaces_the_tombstone(
-    storage: Storage,
+    storage: Storage, digest_changes: DigestChanges
 ) -> None:
     tombstone = Record.deleted(10, copies=3)
     assert await written(storage.write(b"k", tombstone)) is True
     trees = trees_of(storage)
-    storage.on_change = trees.change
+    digest_changes.listen(trees.change)
     release = first_batch_fails(storage)
     assert storage.collect(b"k", tombstone) is True
     await asyncio.sleep(0)

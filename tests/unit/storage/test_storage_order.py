@@ -11,6 +11,7 @@ from pathlib import Path
 from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest
 from dht.model.record import Record
+from dht.storage.digest_changes import DigestChanges
 from dht.storage.store import Storage
 
 LARGE = b"L" * LARGE_WRITE
@@ -54,9 +55,10 @@ async def test_collection_leaves_a_key_alone_while_its_large_write_is_in_the_thr
     the writer thread, removed it, and the value's landing then took the tombstone's
     digest out of the trees a second time (or, landing between the read and the
     removal, the new value itself was removed)."""
-    storage = Storage(tmp_path, durability="none")
+    digest_changes = DigestChanges()
+    storage = Storage(tmp_path, durability="none", changes=digest_changes)
     changes: list[tuple[Digest | None, Digest | None]] = []
-    storage.on_change = lambda key, old, new: changes.append((old, new))
+    digest_changes.listen(lambda key, old, new: changes.append((old, new)))
     release = threading.Event()
     try:
         tombstone = Record.deleted(1)
