@@ -187,7 +187,11 @@ class Hosts:
                 stem = request.with_suffix("")
                 stem.with_suffix(".answer").write_text(answer)
                 request.unlink()
-                stem.with_suffix(".done").write_text(str(code))
+                # Renamed into place whole: the stand-in reads the code as soon as the
+                # file exists, and a file written in place exists empty for a moment.
+                written = stem.with_suffix(".done.new")
+                written.write_text(str(code))
+                written.rename(stem.with_suffix(".done"))
 
     def systemctl(self, host: Host, args: list[str]) -> None:
         now = "--now" in args
