@@ -8,7 +8,6 @@ import functools
 import gc
 import logging
 import signal
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +26,9 @@ from dht.model.clock import (
     skewed_wall_clock,
     skewed_wall_clock_us,
     version_ms,
-    wall_clock_ms,
 )
 from dht.model.log_limits import QuietMalformedHttp
+from dht.model.machine import SYSTEM, Machine
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
@@ -77,21 +76,32 @@ class ReplicaParts:
         clock: HybridClock,
         answer_exchanges: Callable[[ExchangeAnswerer | None], None],
         observe_calls: Callable[[Iterable[Peer]], None],
+        machine: Machine,
     ) -> ReplicaParts:
         """`digest_changes` is the sink `storage` was made with, to which the repair loops
         attach their trees; `answer_exchanges` is told what answers a peer's anti-entropy
         exchange (the repair loops' hook); `observe_calls`, the peers a membership step
-        adds."""
+        adds; `machine`, the clocks and randomness every part reads."""
         hints = HintStore(
-            storage.hints, storage.disk, config.hint_max_bytes, hint_max_age(config), wall_clock_ms
+            storage.hints,
+            storage.disk,
+            config.hint_max_bytes,
+            hint_max_age(config),
+            machine.wall_ms,
         )
         hint_delivery = HintDelivery(hints, peers, config.hint_interval)
         coordinator = Coordinator(config, storage, membership, peers, clock, hints)
         rebalance = Rebalance(
-            config.self_url, config.data_dir, storage, membership, peers, config.handoff_rate
+            config.self_url,
+            config.data_dir,
+            storage,
+            membership,
+            peers,
+            config.handoff_rate,
+            machine,
         )
         repair_loops = RepairLoops(
-            config, storage, digest_changes, membership, peers, clock, answer_exchanges
+            config, storage, digest_changes, membership, peers, clock, answer_exchanges, machine
         )
         steps = StepApplier(
             config.self_url,
@@ -104,16 +114,18 @@ class ReplicaParts:
             observe_calls,
         )
         local_replica = LocalReplica(
-            storage, clock, config.secret, membership, steps.hand_off_if_not_owned
+            storage, clock, config.secret, membership, steps.hand_off_if_not_owned, machine
         )
         return cls(hints, hint_delivery, coordinator, local_replica, rebalance, repair_loops, steps)
 
 
 class Node:
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, machine: Machine = SYSTEM) -> None:
+        """`machine`: the clocks and randomness its parts read (the system's)."""
         self.config = config
-        self.started_at = time.monotonic()
-        wall_ms = skewed_wall_clock(config.clock_skew)
+        self.machine = machine
+        self.started_at = machine.monotonic()
+        wall_ms = skewed_wall_clock(machine, config.clock_skew)
         digest_changes = DigestChanges()  # storage publishes, the repair loops' trees listen
         self.storage = Storage(
             config.data_dir,
@@ -127,7 +139,7 @@ class Node:
             config.max_clock_drift_ms,
             floor=self.storage.clock_ceiling(),
             save_ceiling=self.storage.save_clock_ceiling,
-            wall_us=skewed_wall_clock_us(config.clock_skew),
+            wall_us=skewed_wall_clock_us(machine, config.clock_skew),
         )
         self._warn_if_clock_behind()
         seed = (
@@ -149,6 +161,7 @@ class Node:
             self.membership.identity,
             self.budget,
             self.tls.client if self.tls is not None else None,
+            machine,
         )
         self.internal = InternalApi(
             config.self_url,
@@ -156,6 +169,7 @@ class Node:
             config.secret,
             self.membership,
             self.tls.refusals if self.tls is not None else None,
+            machine,
         )
         parts = ReplicaParts.build(
             config,
@@ -166,6 +180,7 @@ class Node:
             self.clock,
             self._answer_exchanges,
             self._observe_calls,
+            machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
         self.coordinator, self.local_replica = parts.coordinator, parts.local_replica
@@ -184,7 +199,7 @@ class Node:
             self._observe_calls(self.peers.by_url.values())
             routes["/metrics"] = Route({"GET": self.metrics.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
-        self.http = HttpServer(routes, config.max_in_flight, observe)
+        self.http = HttpServer(routes, config.max_in_flight, observe, machine)
         self.lean: LeanHttp | None = None  # made when the node starts serving
         self.fence = FenceWatch(
             config.self_url,
@@ -195,6 +210,7 @@ class Node:
             self.clock.wall_ms,
             config.max_clock_drift_ms,
             config.timeout,
+            machine=machine,
         )
         self.http.fenced = self.fence.refusal
 
@@ -275,6 +291,7 @@ class Node:
                 max_line_size,
                 self.body_pace,
                 self.config.max_value_bytes,
+                self.machine,
             )
         site = SharedPortSite(
             runner,

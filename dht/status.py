@@ -4,7 +4,6 @@ is passed in as the parts this reads (`StatusSource`), so nothing here imports i
 
 from __future__ import annotations
 
-import time
 from typing import Any, Protocol
 
 from dht.config import NodeConfig
@@ -12,6 +11,7 @@ from dht.coordination.coordinator import Coordinator
 from dht.membership.rebalance import Rebalance
 from dht.membership.step import StepApplier
 from dht.model.clock import HybridClock
+from dht.model.machine import Machine
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore
 from dht.replication.repair_loops import RepairLoops
@@ -28,7 +28,8 @@ class StatusSource(Protocol):
     """The parts of a node the status document reads (`dht.node.Node` is one)."""
 
     config: NodeConfig
-    started_at: float
+    machine: Machine
+    started_at: float  # on machine.monotonic
     membership: Membership
     fence: FenceWatch
     tls: TlsContexts | None
@@ -59,7 +60,7 @@ def node_status(node: StatusSource) -> dict[str, Any]:
         | (node.tls.refusals.status() if node.tls is not None else {}),
         "membership": node.membership.state.to_json() | {"handoff": node.rebalance.status()},
         "ring_share": node.steps.ring_share,
-        "uptime": round(time.monotonic() - node.started_at, 3),
+        "uptime": round(node.machine.monotonic() - node.started_at, 3),
         "in_flight": node.http.in_flight,
         "max_in_flight": node.http.max_in_flight,
         "overload_refusals": node.http.refused,

@@ -23,7 +23,6 @@ some of it (for F of 2 or more) has no live copy at all.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import aiohttp
 
 from dht.limits import NO_ANSWER_DEADLINE
+from dht.model.machine import SYSTEM
 from dht.model.ring import Ring
 from dht.model.topology import (
     HANDOFF,
@@ -44,6 +44,12 @@ from dht.model.topology import (
 from dht.transport.wire import TOPOLOGY_PATH, proving
 
 POLL = 0.2
+
+
+def _now() -> float:
+    """The driver's deadlines and durations run on its event loop's clock, which a
+    simulation's loop keeps in virtual time."""
+    return asyncio.get_running_loop().time()
 
 
 class ChangeFailed(Exception):
@@ -97,7 +103,7 @@ async def change_membership(
     if session is not None:
         return await _change_via(session, via, new, gone, accept_loss, deadlines, say)
     timeout = aiohttp.ClientTimeout(total=10)
-    middlewares = (proving(secret),) if secret else ()
+    middlewares = (proving(secret, SYSTEM),) if secret else ()
     async with aiohttp.ClientSession(timeout=timeout, middlewares=middlewares) as own:
         return await _change_via(own, via, new, gone, accept_loss, deadlines, say)
 
@@ -219,7 +225,7 @@ async def _drive(
     nodes = sorted((set(old) | set(new)) - set(gone))
     report = ChangeReport(list(old), new)
     for step in steps:
-        began = time.monotonic()
+        began = _now()
         say(f"step {step.phase} (epoch {step.epoch}) on {len(nodes)} nodes")
         await _take_everywhere(session, nodes, step, step_deadline, no_answer_deadline)
         if step.phase != JOINT:
@@ -238,7 +244,7 @@ async def _drive(
                         f"  {url} kept {kept} record{'' if kept == 1 else 's'} that the "
                         "new owners refused as too far ahead of their clocks (see its log)"
                     )
-        report.step_seconds[step.phase] = time.monotonic() - began
+        report.step_seconds[step.phase] = _now() - began
     closing = replace(steps[-1], draining=())
     await _take_everywhere(session, nodes, closing, step_deadline, no_answer_deadline)
     say("  closed: tombstone collection starts again, and the nodes that left are shut out")
@@ -264,7 +270,7 @@ async def _steps_of_every_node(
             await _read_step(session, url, states, errors)
     if not states:
         raise ChangeFailed("no node answered: " + "; ".join(errors.values()))
-    until = time.monotonic() + deadline
+    until = _now() + deadline
     while True:
         # The nodes draining too: a change over but not closed waits for their handoffs.
         wanted = set(new).union(
@@ -277,7 +283,7 @@ async def _steps_of_every_node(
             await _read_step(session, url, states, errors)
         silent = [url for url in missing if url not in states]
         if silent:
-            if time.monotonic() > until:
+            if _now() > until:
                 unclosed = any(not state.closed for state in states.values())
                 raise ChangeFailed(
                     f"{', '.join(silent)} did not answer within {deadline:.0f} s ("
@@ -387,7 +393,7 @@ async def _take_everywhere(
     body = step.to_json()
     waiting = {url: "not asked yet" for url in nodes}
     silent_since: dict[str, float] = {}
-    until = time.monotonic() + deadline
+    until = _now() + deadline
     while waiting:
         for url in list(waiting):
             try:
@@ -402,10 +408,10 @@ async def _take_everywhere(
                     waiting[url] = reason
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 waiting[url] = f"no answer ({str(exc) or type(exc).__name__})"
-                silent_since.setdefault(url, time.monotonic())
+                silent_since.setdefault(url, _now())
         if waiting:
             _stop_if_silent(silent_since, waiting, no_answer_deadline, step, nodes)
-            if time.monotonic() > until:
+            if _now() > until:
                 raise ChangeFailed(
                     f"step {step.phase} (epoch {step.epoch}) not taken within {deadline:.0f} s "
                     "by "
@@ -423,7 +429,7 @@ def _stop_if_silent(
     nodes: list[str],
 ) -> None:
     """Raises ChangeFailed once a node has not answered at all for `deadline`."""
-    now = time.monotonic()
+    now = _now()
     silent = sorted(url for url, since in silent_since.items() if now - since > deadline)
     if silent:
         new = list(step.next or step.current)
@@ -452,8 +458,8 @@ async def _wait_for_handoffs(
     scanned: dict[str, int] = {}
     silent_since: dict[str, float] = {}
     silent_why: dict[str, str] = {}
-    until = time.monotonic() + deadline
-    last_said = time.monotonic()
+    until = _now() + deadline
+    last_said = _now()
     while True:
         pending = []
         done: dict[str, Any] = {}
@@ -464,14 +470,14 @@ async def _wait_for_handoffs(
             except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
                 silent_why[url] = f"no answer ({str(exc) or type(exc).__name__})"
                 pending.append(f"{url}: {silent_why[url]}")
-                silent_since.setdefault(url, time.monotonic())
+                silent_since.setdefault(url, _now())
                 continue
             if handoff["epoch"] == step.epoch and handoff["done"]:
                 done[url] = handoff
                 continue
             if scanned.get(url) != handoff["scanned"]:
                 scanned[url] = handoff["scanned"]
-                until = time.monotonic() + deadline
+                until = _now() + deadline
             pending.append(
                 f"{url}: {handoff['state']}, {handoff['scanned']} scanned, "
                 f"{handoff['remaining']} to go"
@@ -479,15 +485,15 @@ async def _wait_for_handoffs(
         if not pending:
             return done
         _stop_if_silent(silent_since, silent_why, no_answer_deadline, step, nodes)
-        if time.monotonic() > until:
+        if _now() > until:
             raise ChangeFailed(
                 f"handoff of epoch {step.epoch} made no progress for {deadline:.0f} s: "
                 + "; ".join(pending)
                 + ". Run the same change again to resume"
             )
-        if time.monotonic() - last_said > 5:
+        if _now() - last_said > 5:
             say("  " + "; ".join(pending))
-            last_said = time.monotonic()
+            last_said = _now()
         await asyncio.sleep(POLL)
 
 

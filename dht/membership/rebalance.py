@@ -43,11 +43,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dht.model.machine import SYSTEM, Machine
 from dht.model.merkle import holders
 from dht.model.record import Record, newest
 from dht.model.ring import Ring
@@ -134,8 +134,12 @@ class Rebalance:
         membership: Membership,
         peers: Peers,
         rate: float,
+        machine: Machine = SYSTEM,
     ) -> None:
+        """`machine`: its monotonic clock paces the streams (`rate` records a second)
+        and times each pass."""
         self._self_url = self_url
+        self._monotonic = machine.monotonic
         self._path = data_dir / PROGRESS_FILE
         self._storage = storage
         self._membership = membership
@@ -211,7 +215,7 @@ class Rebalance:
         start = b"" if progress.cursor is None else bytes.fromhex(progress.cursor) + b"\0"
         self.total = progress.scanned + await asyncio.to_thread(self._storage.count, start)
         self.streaming = True
-        began, sent_before = time.monotonic(), self._records_sent()
+        began, sent_before = self._monotonic(), self._records_sent()
         log.info(
             "handoff (epoch %d, %s): %d records to look at%s",
             state.epoch,
@@ -220,7 +224,7 @@ class Rebalance:
             "" if progress.cursor is None else ", resuming after the saved key",
         )
         try:
-            if not await self._stream(state, start, Pace(self.rate)):
+            if not await self._stream(state, start, Pace(self.rate, self._monotonic)):
                 return  # a newer step: its own pass takes over
         except _StepChanged:
             log.info(
@@ -234,7 +238,7 @@ class Rebalance:
             return
         finally:
             self.streaming = False
-        seconds = time.monotonic() - began
+        seconds = self._monotonic() - began
         sent = self._records_sent() - sent_before
         log.info(
             "handoff (epoch %d) done: %d records scanned, %d sent, %d deleted in %.1f s "
@@ -298,7 +302,7 @@ class Rebalance:
             if move is not None:
                 moves.append(move)
         self._kept = set()
-        pace = Pace(self.rate)
+        pace = Pace(self.rate, self._monotonic)
         for first in range(0, len(moves), BATCH_RECORDS):
             self._kept |= await self._send(moves[first : first + BATCH_RECORDS], pace)
         handed = len(moves) - len(self._kept)

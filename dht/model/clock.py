@@ -28,6 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from dht.model.machine import Machine
+
 COUNTER_BITS = 16
 # Where the microsecond within the millisecond sits in the counter: 1000 << 6 < 1 << 16.
 MICROSECOND_SHIFT = 6
@@ -52,20 +54,21 @@ def wall_clock_us() -> int:
     return time.time_ns() // 1_000
 
 
-def skewed_wall_clock(skew_seconds: float) -> Callable[[], int]:
-    """The wall clock, shifted by `--clock-skew` (the test bed's skewed-clock fault)."""
+def skewed_wall_clock(machine: Machine, skew_seconds: float) -> Callable[[], int]:
+    """The machine's wall clock in milliseconds, shifted by `--clock-skew` (the test
+    bed's skewed-clock fault)."""
     if not skew_seconds:
-        return wall_clock_ms
+        return machine.wall_ms
     skew_ms = round(skew_seconds * 1000)
-    return lambda: wall_clock_ms() + skew_ms
+    return lambda: machine.wall_ms() + skew_ms
 
 
-def skewed_wall_clock_us(skew_seconds: float) -> Callable[[], int]:
+def skewed_wall_clock_us(machine: Machine, skew_seconds: float) -> Callable[[], int]:
     """`skewed_wall_clock` in microseconds."""
     if not skew_seconds:
-        return wall_clock_us
+        return machine.wall_us
     skew_us = round(skew_seconds * 1_000_000)
-    return lambda: wall_clock_us() + skew_us
+    return lambda: machine.wall_us() + skew_us
 
 
 def version_at_us(us: int) -> int:

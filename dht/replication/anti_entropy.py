@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from dht.model.clock import HybridClock, VersionAhead
+from dht.model.machine import Machine
 from dht.model.merkle import LEAF_BITS, Digest, MerkleTrees, differing_children
 from dht.model.record import Record, newest
 from dht.replication.background import OwnedTask
@@ -75,8 +76,11 @@ class AntiEntropy:
         rate: float,
         tombstone_grace: float,
         max_clock_drift: float,
+        machine: Machine,
     ) -> None:
+        """`machine`: its clocks pace the exchanges and time them."""
         self._self_url = self_url
+        self._machine = machine
         self._storage = storage
         self._trees = trees
         self._peers = peers
@@ -111,13 +115,13 @@ class AntiEntropy:
         return stats.last_started_ms or None if stats else None
 
     async def _run(self) -> None:
-        started = time.monotonic()
+        started = self._machine.monotonic()
         loaded = await self._load_trees()
         self.ready = True
         log.info(
             "anti-entropy: trees of %d records ready in %.2f s",
             loaded,
-            time.monotonic() - started,
+            self._machine.monotonic() - started,
         )
         if self.interval <= 0:
             return
@@ -162,7 +166,7 @@ class AntiEntropy:
             log.info("anti-entropy with %s did not complete: %s", url, exc)
             return
         stats.exchanges += 1
-        stats.last_completed = time.time()
+        stats.last_completed = self._machine.wall()
         refused = stats.records_refused - refused_before
         if not refused:
             # Only an exchange that left every record on both sides lets tombstones go:
@@ -200,7 +204,7 @@ class AntiEntropy:
         answer = await self._ask(url, {"op": "digests", "leaves": leaves})
         theirs = {bytes.fromhex(k): (v, d) for k, v, d in answer["entries"]}
         ours = {key: (e.version, e.digest) for key, e in self._shared_digests(url, leaves)}
-        pace = Pace(self._rate)  # --anti-entropy-rate
+        pace = Pace(self._rate, self._machine.monotonic)  # --anti-entropy-rate
         for key in sorted(theirs.keys() | ours.keys()):
             if theirs.get(key) == ours.get(key):
                 continue
@@ -287,12 +291,13 @@ class Pace:
     """At most `rate` steps a second: a step waits only when the ones before it came
     faster than that, so the work of a step is not added on top of the pause."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, monotonic: Callable[[], float]) -> None:
         self._interval = 1.0 / rate
-        self._next = time.monotonic()
+        self._monotonic = monotonic
+        self._next = monotonic()
 
     async def step(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         if self._next > now:
             await asyncio.sleep(self._next - now)
         self._next = max(self._next, now) + self._interval

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import aiohttp
 
 from dht.limits import FIRST_CHECK_SECONDS, LATEST_CLOCK_MS
 from dht.model.clock_offset import Offset, clock_fence
+from dht.model.machine import SYSTEM, Machine
 from dht.model.topology import TopologyState, removed
 from dht.replication.background import OwnedTask
 from dht.storage.membership import Membership, save_json
@@ -84,9 +84,11 @@ class FenceWatch:
         max_drift_ms: int,
         patience: float,
         interval: float = CHECK_INTERVAL,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`patience`: how long the look after a start waits for a peer that did not
-        answer the first one in time (the node's --timeout)."""
+        answer the first one in time (the node's --timeout); `machine`: its monotonic
+        clock times the round trips."""
         self._self_url = self_url
         self._path = data_dir / FENCE_FILE
         self._membership = membership
@@ -96,6 +98,7 @@ class FenceWatch:
         self._max_drift_ms = max_drift_ms
         self._interval = interval
         self._patience = patience
+        self._monotonic_ns = machine.monotonic_ns
         self.starting: str | None = None  # clients wait for a slow peer's first answer
         self.fenced: str | None = saved_fence(data_dir)  # removed: for good
         self.clock_fenced: str | None = None  # its clock off: until it is back
@@ -208,9 +211,9 @@ class FenceWatch:
         The round trip is timed on the monotonic clock, so a step of the wall clock
         while the answer travels cannot shrink the interval."""
         sent_ms = self._wall_ms()
-        started = time.monotonic_ns()
+        started = self._monotonic_ns()
         step, headers = await peer.get_json(TOPOLOGY_PATH)
-        received_ms = sent_ms + -(-(time.monotonic_ns() - started) // 1_000_000)  # rounded up
+        received_ms = sent_ms + -(-(self._monotonic_ns() - started) // 1_000_000)  # rounded up
         return step, _offset(headers, sent_ms, received_ms)
 
     def _judge_clock(self, offsets: dict[str, Offset | None]) -> None:

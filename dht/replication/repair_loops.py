@@ -14,6 +14,7 @@ from typing import Any
 
 from dht.config import NodeConfig
 from dht.model.clock import HybridClock
+from dht.model.machine import SYSTEM, Machine
 from dht.model.merkle import MerkleTrees
 from dht.model.topology import STABLE
 from dht.replication.anti_entropy import AntiEntropy
@@ -38,6 +39,7 @@ class RepairLoops:
         peers: Peers,
         clock: HybridClock,
         answer_exchanges: Callable[[ExchangeAnswerer | None], None],
+        machine: Machine = SYSTEM,
     ) -> None:
         """`digest_changes` is the one `storage` publishes to: the trees are attached to
         it while the membership is stable."""
@@ -48,6 +50,7 @@ class RepairLoops:
         self._peers = peers
         self._clock = clock
         self._answer_exchanges = answer_exchanges
+        self._machine = machine
         self.anti_entropy, self.collector = self._made()
 
     def _made(self) -> tuple[AntiEntropy, Collector]:
@@ -65,6 +68,7 @@ class RepairLoops:
             self._config.anti_entropy_rate,
             self._config.tombstone_grace,
             self._config.max_clock_drift,
+            self._machine,
         )
         collector = Collector(
             self._storage,

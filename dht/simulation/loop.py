@@ -8,11 +8,10 @@ future callbacks); the simulator runs each node's code in a context naming the n
 SIGSTOP would) and drop a crashed one's for good (as kill -9 would), with no hook in the
 node's code. Clients and the simulator itself run in contexts with no incarnation.
 
-The clock functions of the `time` module are replaced while a simulation runs
-(`virtual_clocks`): `monotonic` and `perf_counter` give the loop's time, `time` and
-`time_ns` the wall clock of the node whose callback is running (virtual time plus that
-node's offset), so a node reads its own, possibly skewed or stepped, clock wherever its
-code reads one. `os.urandom` (the channel's nonces) draws from the seed.
+No global is replaced: each node is given a `Machine` (`VirtualClocks.machine`) whose
+monotonic clock is the loop's time and whose wall clock is virtual time plus that
+node's offset, so it reads its own, possibly skewed or stepped, clock wherever its code
+reads one; its randomness (the channel's nonces) draws from the seed.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ import contextlib
 import contextvars
 import gc
 import heapq
-import os
 import random
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from dht.model.machine import Machine
 
 # The incarnation whose code a callback runs (None: a client or the simulator).
 OWNER: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
@@ -169,46 +168,27 @@ class VirtualLoop(asyncio.BaseEventLoop):
 
 
 class VirtualClocks:
-    """What the `time` module's clock functions give while a simulation runs."""
+    """The clocks and randomness each simulated node is given (`machine`), in place of
+    the system's: the loop's virtual time, and bytes drawn from the seed."""
 
     def __init__(self, loop: VirtualLoop, seed: int) -> None:
         self._loop = loop
+        # One stream for every node: the order of the draws is the run's, as the bytes
+        # they give cross the network (nonces), and the trace covers them.
         self._random = random.Random(f"urandom-{seed}")
 
-    def monotonic(self) -> float:
-        return self._loop.time()
+    def machine(self, incarnation: Incarnation) -> Machine:
+        """What one run of a node reads: monotonic time is the loop's, the wall clock
+        virtual time plus the incarnation's offset (which clock faults move)."""
+        loop = self._loop
 
-    def monotonic_ns(self) -> int:
-        return round(self._loop.time() * 1e9)
+        def wall() -> float:
+            return EPOCH + loop.time() + incarnation.clock_offset
 
-    def wall(self) -> float:
-        owner = OWNER.get()
-        offset = 0.0 if owner is None else owner.clock_offset
-        return EPOCH + self._loop.time() + offset
-
-    def wall_ns(self) -> int:
-        return round(self.wall() * 1e9)
-
-    def urandom(self, size: int) -> bytes:
-        return self._random.randbytes(size)
-
-
-@contextlib.contextmanager
-def virtual_clocks(loop: VirtualLoop, seed: int) -> Iterator[Callable[[], float]]:
-    """Replaces the `time` module's clocks and `os.urandom` for the simulation's
-    duration; yields the real `perf_counter`, for measuring the run itself."""
-    clocks = VirtualClocks(loop, seed)
-    saved = (time.monotonic, time.monotonic_ns, time.perf_counter, time.time, time.time_ns)
-    real_perf_counter = time.perf_counter
-    saved_urandom = os.urandom
-    time.monotonic = clocks.monotonic
-    time.monotonic_ns = clocks.monotonic_ns
-    time.perf_counter = clocks.monotonic
-    time.time = clocks.wall
-    time.time_ns = clocks.wall_ns
-    os.urandom = clocks.urandom
-    try:
-        yield real_perf_counter
-    finally:
-        (time.monotonic, time.monotonic_ns, time.perf_counter, time.time, time.time_ns) = saved
-        os.urandom = saved_urandom
+        return Machine(
+            monotonic=loop.time,
+            monotonic_ns=lambda: round(loop.time() * 1e9),
+            wall=wall,
+            wall_ns=lambda: round(wall() * 1e9),
+            random_bytes=self._random.randbytes,
+        )

@@ -33,14 +33,15 @@ from dht.config import NodeConfig
 from dht.coordination.outcome import Outcome
 from dht.limits import MESSAGE_OVERHEAD
 from dht.membership.api import MembershipApi
-from dht.model.clock import HybridClock, version_ms, wall_clock_ms, wall_clock_us
+from dht.model.clock import HybridClock, version_ms
 from dht.model.log_limits import RateLimitedLog
+from dht.model.machine import Machine
 from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
 from dht.node import ReplicaParts
 from dht.replication.fence import FenceWatch
 from dht.simulation.disk import SimDisk
-from dht.simulation.loop import EPOCH, Incarnation, VirtualLoop
+from dht.simulation.loop import EPOCH, Incarnation, VirtualClocks, VirtualLoop
 from dht.simulation.network import Network
 from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskSpace
@@ -120,16 +121,23 @@ async def _body_of(request: Any) -> bytes:
 
 
 class SimPeers(Peers):
-    def __init__(self, network: Network, config: NodeConfig, nodes: Any, identity: str) -> None:
+    def __init__(
+        self, network: Network, config: NodeConfig, nodes: Any, identity: str, machine: Machine
+    ) -> None:
         self._network = network
-        super().__init__(config, nodes, identity)
+        super().__init__(config, nodes, identity, machine=machine)
 
     def ensure(self, nodes: Any, ring_identity: str) -> list[Peer]:
         added: list[Peer] = []
         for url in nodes:
             if url != self._config.self_url and url not in self.by_url:
                 peer = SimPeer(
-                    self._network, self._config.self_url, url, self._config, ring_identity
+                    self._network,
+                    self._config.self_url,
+                    url,
+                    self._config,
+                    ring_identity,
+                    machine=self._machine,
                 )
                 self.by_url[url] = peer
                 added.append(peer)
@@ -167,8 +175,11 @@ class SimNode:
         network: Network,
         loop: VirtualLoop,
         rng: random.Random,
+        clocks: VirtualClocks,
     ) -> None:
+        """`clocks`: each of its runs is given `clocks.machine` of that run."""
         self.name = name
+        self.clocks = clocks
         self.config = config
         self.network = network
         self.loop = loop
@@ -201,23 +212,25 @@ class SimNode:
     def _build(self) -> None:
         config = self.config
         disk = self.disk
+        assert self.incarnation is not None
+        machine = self.clocks.machine(self.incarnation)
         digest_changes = DigestChanges()
         self.storage = Storage(
             config.data_dir,
             0,
             "group",
-            wall_clock_ms,
+            machine.wall_ms,
             db=disk.db,
             writer=disk.writer(),
             disk=DiskSpace(config.data_dir, 0, measure=lambda _: _FREE_BYTES),
             changes=digest_changes,
         )
         self.clock = HybridClock(
-            wall_clock_ms,
+            machine.wall_ms,
             config.max_clock_drift_ms,
             floor=self.clock_floor(),
             save_ceiling=disk.save_ceiling,
-            wall_us=wall_clock_us,
+            wall_us=machine.wall_us,
         )
         self._watch_versions(self.clock)
         seed = (
@@ -227,7 +240,7 @@ class SimNode:
         )
         self.membership = Membership(config.data_dir, seed, config.vnodes)
         self.peers = SimPeers(
-            self.network, config, self.membership.state.members, self.membership.identity
+            self.network, config, self.membership.state.members, self.membership.identity, machine
         )
         self.exchange_answerer = None
         parts = ReplicaParts.build(
@@ -239,6 +252,7 @@ class SimNode:
             self.clock,
             self._answer_exchanges,
             lambda _: None,
+            machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
         self.coordinator, self.local_replica = parts.coordinator, parts.local_replica
@@ -258,6 +272,7 @@ class SimNode:
             self.clock.wall_ms,
             config.max_clock_drift_ms,
             config.timeout,
+            machine=machine,
         )
         self.fenced = self.fence.refusal
         self._handshakes = Handshakes(RateLimitedLog(_log))

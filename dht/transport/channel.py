@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import ssl
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -176,12 +177,15 @@ class ReplicaChannel:
         timeout: float,
         budget: Budget | None = None,
         tls: ssl.SSLContext | None = None,
+        random_bytes: Callable[[int], bytes] = os.urandom,
     ) -> None:
         """`hello`: what the next connection's HELLO says (each gets a nonce of its
-        own); `budget`: the node's byte budget, which counts the large writes given up
-        on midway until they have left; `tls`: the context each connection is made with
-        (the peer's certificate must name the host of `peer`), or None for plain TCP."""
+        own, from `random_bytes`); `budget`: the node's byte budget, which counts the
+        large writes given up on midway until they have left; `tls`: the context each
+        connection is made with (the peer's certificate must name the host of `peer`),
+        or None for plain TCP."""
         self.peer = peer
+        self._random_bytes = random_bytes
         self._tls = tls
         self._server_hostname = urlsplit(peer).hostname if tls is not None else None
         self._secret = secret
@@ -257,7 +261,7 @@ class ReplicaChannel:
         """Connects, sends HELLO, answers the CHALLENGE, then sends every call that
         waited for the connection."""
         loop = asyncio.get_running_loop()
-        hello = dataclasses.replace(self.hello, nonce=new_nonce())
+        hello = dataclasses.replace(self.hello, nonce=new_nonce(self._random_bytes))
         challenged: asyncio.Future[str | None] = loop.create_future()
         connection: ClientConnection | None = None
         try:

@@ -51,7 +51,7 @@ from dht.transport.messages import (
     Welcome,
     Why,
 )
-from dht.transport.proof import NONCE_BYTES, Side, new_nonce, proves
+from dht.transport.proof import NONCE_BYTES, Side, proves
 from dht.transport.protocol import PREFACE, Budget, ReplicaCodec, Role
 from dht.transport.tls import (
     NO_CERTIFICATE,
@@ -86,6 +86,9 @@ class ReplicaService(Protocol):
 
     def admit(self, hello: Hello) -> str | None:
         """None to go on with the handshake, or the reason it is refused."""
+
+    def nonce(self) -> bytes:
+        """A fresh nonce for the CHALLENGE of a handshake."""
 
     def proof(self, side: Side, hello: Hello, server_nonce: bytes) -> bytes:
         """The proof of this node's secret that `side` owes in the handshake `hello`
@@ -210,7 +213,7 @@ class ServerConnection(Connection):
                 self._refuse(event.sender, reason)
                 return
             self._hello = event
-            self._server_nonce = new_nonce()
+            self._server_nonce = self._service.nonce()
             proof = self._service.proof(Side.SERVER, event, self._server_nonce)
             self.send(Challenge(self._server_nonce, proof))
         elif isinstance(event, Proof):

@@ -15,13 +15,14 @@ from collections.abc import Callable
 
 from dht.model.clock import HybridClock, VersionAhead
 from dht.model.log_limits import RateLimitedLog
+from dht.model.machine import SYSTEM, Machine
 from dht.model.record import Record
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.transport.channel_server import ReplicaRefusal
 from dht.transport.messages import PROTOCOL_VERSION, Hello, Why
-from dht.transport.proof import Side, proof
+from dht.transport.proof import Side, new_nonce, proof
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,12 @@ class LocalReplica:
         secret: str | None,
         membership: Membership,
         on_stored: Callable[[bytes, Record], None] | None = None,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`on_stored` is told of every replica write once stored (the handoff looks for
         records this node does not own: `StepApplier.hand_off_if_not_owned` in
-        dht.membership.step)."""
+        dht.membership.step); `machine`: the randomness of its handshakes' nonces."""
+        self._random_bytes = machine.random_bytes
         self._storage = storage
         self._clock = clock
         self._secret = secret
@@ -62,6 +65,9 @@ class LocalReplica:
                 "--cluster lists or --vnodes, or are two steps of a membership change apart"
             )
         return None
+
+    def nonce(self) -> bytes:
+        return new_nonce(self._random_bytes)
 
     def proof(self, side: Side, hello: Hello, server_nonce: bytes) -> bytes:
         return proof(self._secret, side, hello.nonce, server_nonce, hello.sender, hello.ring)

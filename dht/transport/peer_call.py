@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from dht.limits import PLAIN_CALL_BYTES, SLOWEST_TRANSFER
+from dht.model.machine import Machine
 from dht.model.record import Record
 from dht.transport.breaker import Breaker
 from dht.transport.channel import PeerError, ReplicaChannel, ReplicaFull
@@ -48,6 +48,7 @@ class CallOwner(Protocol):
     large_unsettled: int
     large_waiting: int
     closed: bool  # the node stopped talking to it (`Peer.close`)
+    machine: Machine  # its calls are timed by `machine.monotonic`
 
     def after_large_settled(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once another large request to the peer has settled."""
@@ -134,7 +135,7 @@ class PendingCall(Generic[T]):
         self._result_of = result_of
         self._is_probe = is_probe
         self.sent = sent  # loop time; the peer's deadline sweep reads it
-        self._started = time.perf_counter()  # finer than uvloop's millisecond loop time
+        self._started = peer.machine.monotonic()  # finer than uvloop's millisecond loop time
         self._size = size
         self._extra = transfer_time(size)  # a large request's own transfer time
         # Bytes of large requests to the peer settled before this one was sent (it is
@@ -181,7 +182,7 @@ class PendingCall(Generic[T]):
             self._call_id = None
             self._send_again_later(unexpected(answer))
             return
-        seconds = time.perf_counter() - self._started
+        seconds = self._peer.machine.monotonic() - self._started
         try:
             value = self._result_of(answer)
         except PeerError as error:

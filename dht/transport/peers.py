@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import logging
 import ssl
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from yarl import URL
 from dht.config import NodeConfig
 from dht.limits import MESSAGE_OVERHEAD
 from dht.model.keys import query_value
+from dht.model.machine import SYSTEM, Machine
 from dht.model.record import Record
 from dht.transport.breaker import Breaker, State
 from dht.transport.channel import PeerError, ReplicaChannel, ReplicaFull
@@ -82,18 +82,21 @@ class Peer:
         ring_identity: str,
         budget: Budget | None = None,
         tls: ssl.SSLContext | None = None,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`budget`: the node's byte budget, which counts a large write given up on
         midway until its last fragments have left; `tls`: the context every connection
-        to the peer is made with (`dht.transport.tls`), or None for plain TCP."""
+        to the peer is made with (`dht.transport.tls`), or None for plain TCP;
+        `machine`: the clocks calls are timed by and the randomness of nonces."""
         self.url = url
+        self.machine = machine
         # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
         self.observe_call: CallObserver = _unobserved
         self.timeout = config.timeout
         # The longest key and record a range stream may carry: a frame claiming more is
         # not believed (nor its length allocated).
         self._longest = (config.max_key_bytes, config.max_value_bytes + MESSAGE_OVERHEAD)
-        self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, time.monotonic)
+        self.breaker = Breaker(config.breaker_threshold, config.breaker_cooldown, machine.monotonic)
         self._hello = Hello(PROTOCOL_VERSION, config.self_url, ring_identity, b"")
         self.channel = ReplicaChannel(
             url,
@@ -104,6 +107,7 @@ class Peer:
             config.timeout,
             budget,
             tls,
+            machine.random_bytes,
         )
         base = URL(config.dial_url(url))
         self._base_url = base.with_scheme("https") if tls is not None else base
@@ -113,7 +117,7 @@ class Peer:
             timeout=aiohttp.ClientTimeout(total=None),
             headers={RING_HEADER: ring_identity},
             auto_decompress=False,
-            middlewares=(proving(config.secret, url),) if config.secret else (),
+            middlewares=(proving(config.secret, machine, url),) if config.secret else (),
             connector=aiohttp.TCPConnector(ssl=tls if tls is not None else True),
         )
         self._was_open = False
@@ -289,7 +293,7 @@ class Peer:
         if not self.breaker.allow():
             self.observe_call("circuit_open", None)
             raise PeerUnavailable(f"{self.url}: circuit open")
-        started = time.perf_counter()
+        started = self.machine.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
                 result = await call()
@@ -305,9 +309,9 @@ class Peer:
             self.failed("error", None)
             raise PeerError(f"{self.url}: {exc!r}") from exc
         except PeerError:
-            self.failed("error", time.perf_counter() - started)
+            self.failed("error", self.machine.monotonic() - started)
             raise
-        self.succeeded(time.perf_counter() - started)
+        self.succeeded(self.machine.monotonic() - started)
         return result
 
     def succeeded(self, seconds: float) -> None:
@@ -347,11 +351,13 @@ class Peers:
         ring_identity: str,
         budget: Budget | None = None,
         tls: ssl.SSLContext | None = None,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`tls`: the context connections to peers are made with, or None (plain)."""
         self._config = config
         self._budget = budget
         self._tls = tls
+        self._machine = machine
         self.by_url: dict[str, Peer] = {}
         self.ensure(nodes, ring_identity)
 
@@ -361,7 +367,9 @@ class Peers:
         added = []
         for url in nodes:
             if url != self._config.self_url and url not in self.by_url:
-                peer = Peer(url, self._config, ring_identity, self._budget, self._tls)
+                peer = Peer(
+                    url, self._config, ring_identity, self._budget, self._tls, self._machine
+                )
                 self.by_url[url] = peer
                 added.append(peer)
         for peer in self.by_url.values():

@@ -22,7 +22,7 @@ import heapq
 import hmac
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from dht.limits import REQUEST_WINDOW_MS
@@ -38,8 +38,9 @@ class Side(enum.Enum):
     SERVER = b"dht replica server"
 
 
-def new_nonce() -> bytes:
-    return os.urandom(NONCE_BYTES)
+def new_nonce(random_bytes: Callable[[int], bytes] = os.urandom) -> bytes:
+    """A handshake's or a request's nonce; a node's parts draw it from their `Machine`."""
+    return random_bytes(NONCE_BYTES)
 
 
 def proof(

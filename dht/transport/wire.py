@@ -9,11 +9,11 @@ length (4 bytes big-endian), encoded record (`dht.model.record`, version include
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientRequest, ClientResponse
 
+from dht.model.machine import Machine
 from dht.model.record import Record, encode
 from dht.transport.proof import new_nonce, request_proof
 
@@ -43,18 +43,20 @@ Handler = Callable[[ClientRequest], Awaitable[ClientResponse]]
 
 
 def proving(
-    secret: str, receiver: str | None = None
+    secret: str, machine: Machine, receiver: str | None = None
 ) -> Callable[[ClientRequest, Handler], Awaitable[ClientResponse]]:
     """An aiohttp client middleware that adds to every request its proof of `secret`,
     made for `receiver` (a node's --cluster URL), or else for the node the request goes
-    to (`http://host:port`, whatever its scheme)."""
+    to (`http://host:port`, whatever its scheme), at the time and with a nonce of
+    `machine`."""
 
     async def prove(request: ClientRequest, handler: Handler) -> ClientResponse:
         body = request.body if isinstance(request.body, bytes) else await request.body.as_bytes()
-        made_ms = int(time.time() * 1000)
+        made_ms = int(machine.wall() * 1000)
         to = receiver or f"http://{request.url.host}:{request.url.port}"
+        nonce = new_nonce(machine.random_bytes)
         request.headers[PROOF_HEADER] = request_proof(
-            secret, to, request.method, request.url.raw_path_qs, made_ms, new_nonce(), body
+            secret, to, request.method, request.url.raw_path_qs, made_ms, nonce, body
         )
         return await handler(request)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from dht.limits import MAX_INTERNAL_BODY
 from dht.model.log_limits import RateLimitedLog
+from dht.model.machine import SYSTEM, Machine
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
@@ -49,10 +49,13 @@ class InternalApi:
         secret: str | None,
         membership: Membership,
         tls_refusals: TlsRefusals | None = None,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`tls_refusals`, given when nodes talk TLS: a peer's request (range, exchange)
-        must then come over TLS with a certificate, and those without are counted."""
+        must then come over TLS with a certificate, and those without are counted.
+        `machine`: its wall clock tells a request proof's age."""
         self._self_url = self_url
+        self._wall = machine.wall
         self._storage = storage
         self._tls_refusals = tls_refusals
         self._secret = secret
@@ -111,7 +114,7 @@ class InternalApi:
                 return text(403, f"Forbidden: {request.path} is for peers: {TLS_ONLY}")
         header = request.headers.get(PROOF_HEADER, "")
         if self._secret is not None:
-            if (unfit := unfit_proof(header, int(time.time() * 1000))) is not None:
+            if (unfit := unfit_proof(header, int(self._wall() * 1000))) is not None:
                 return self._refused(request, unfit)
         ring = request.headers.get(RING_HEADER)
         if ring is not None and not self._membership.shares_ring(ring):
@@ -134,7 +137,7 @@ class InternalApi:
                     request.method,
                     request.raw_path,
                     body,
-                    int(time.time() * 1000),
+                    int(self._wall() * 1000),
                     self._seen,
                 )
                 await self._storage.nonce_kept()  # queued by the group commit: synced

@@ -30,7 +30,6 @@ import contextlib
 import functools
 import logging
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from email.utils import formatdate
 from http import HTTPStatus
@@ -41,6 +40,7 @@ from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
 from dht.limits import KEEPALIVE_TIMEOUT, LEAN_MAX_BODY, LEAN_READ_LIMIT
+from dht.model.machine import SYSTEM, Machine
 from dht.web.admission import BodyPace
 from dht.web.lean_parse import (
     HeadScan,
@@ -72,13 +72,16 @@ class LeanHttp:
         max_line: int,
         pace: BodyPace,
         max_body: int = LEAN_MAX_BODY,
+        machine: Machine = SYSTEM,
     ) -> None:
         """`routes`: path -> the methods taken lean; `serve(method, path, query, body)`
         answers one; `fallback` makes aiohttp's protocol; `max_line`: aiohttp's limit
         of a request target (a request line as long goes to aiohttp); `pace`: how fast a
         body must come; `max_body`: the largest value (a larger PUT goes to aiohttp,
-        which refuses it before its body comes)."""
+        which refuses it before its body comes); `machine`: its wall clock dates the
+        answers."""
         self.parser = LeanParser(routes, max_line, max_body)
+        self._wall = machine.wall
         self.pace = pace
         self.serve = serve
         self.fallback = fallback
@@ -103,7 +106,7 @@ class LeanHttp:
             head = self._head(*key)
             if len(self._heads) < 256:  # the kinds of answer; Retry-After values vary
                 self._heads[key] = head
-        now = int(time.time())
+        now = int(self._wall())
         if now != self._date_second:
             self._date_second = now
             self._date = formatdate(now, usegmt=True).encode()

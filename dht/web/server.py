@@ -12,13 +12,13 @@ error answers are the same whichever way a request came.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from dht.model.keys import query_params
+from dht.model.machine import SYSTEM, Machine
 from dht.web.admission import BodyTooSlow, ClientRequestError
 
 log = logging.getLogger(__name__)
@@ -156,10 +156,17 @@ _OVERLOADED = plain(503, "Overloaded", {"Retry-After": "1"})
 
 class HttpServer:
     def __init__(
-        self, routes: dict[str, Route], max_in_flight: int, observe: Observer | None = None
+        self,
+        routes: dict[str, Route],
+        max_in_flight: int,
+        observe: Observer | None = None,
+        machine: Machine = SYSTEM,
     ) -> None:
+        """`observe`: told of each counted request's outcome and seconds, as
+        `machine.monotonic` times them."""
         self._routes = routes
         self._observe = observe
+        self._monotonic = machine.monotonic
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.refused = 0
@@ -212,7 +219,7 @@ class HttpServer:
         bound and the fence for client work, the metrics, and every error as a one-line
         answer. A body on its way is not counted in flight (SPEC.md rule 7.10): clients
         that announce bodies and send them slowly hold no one else's place."""
-        started = time.perf_counter()
+        started = self._monotonic()
         if not route.counted:
             return await self._call(method, path, query, call, counted=False)
         if self.fenced is not None:
@@ -221,7 +228,7 @@ class HttpServer:
             answer = await self._call(method, path, query, call, read, body)
         if self._observe is not None:
             operation = route.operations.get(method, method.lower())
-            self._observe(operation, answer.status, time.perf_counter() - started)
+            self._observe(operation, answer.status, self._monotonic() - started)
         return answer
 
     async def _call(

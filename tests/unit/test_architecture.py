@@ -90,12 +90,14 @@ def test_every_spec_section_and_rule_it_names_exists() -> None:
 
 
 def defined(name: str, source: str) -> bool:
-    """A function or class, an attribute an object sets (`self.breaker = ...`), or a
-    parameter on a line of its own (`on_stored: ... = None,`)."""
+    """A function or class, an attribute an object sets (`self.breaker = ...`), a
+    parameter on a line of its own (`on_stored: ... = None,`), or a module's constant
+    (`SYSTEM = Machine()`)."""
     escaped = re.escape(name)
     return bool(
         re.search(
-            rf"(def|class) {escaped}\b|self\.{escaped}\b[^=\n]*= |^ +{escaped}: [^\n]*,$",
+            rf"(def|class) {escaped}\b|self\.{escaped}\b[^=\n]*= |^ +{escaped}: [^\n]*,$"
+            rf"|^{escaped}(: [^=\n]*)? = ",
             source,
             flags=re.MULTILINE,
         )

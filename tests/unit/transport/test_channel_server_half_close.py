@@ -12,7 +12,7 @@ from dht.model.log_limits import RateLimitedLog
 from dht.model.record import Record
 from dht.transport.channel_server import ServerConnection
 from dht.transport.messages import Hello, PutRecord
-from dht.transport.proof import Side
+from dht.transport.proof import Side, new_nonce
 
 
 class Transport:
@@ -55,6 +55,9 @@ class Service:
 
     def admit(self, hello: Hello) -> str | None:
         return None
+
+    def nonce(self) -> bytes:
+        return new_nonce()
 
     def proof(self, side: Side, hello: Hello, server_nonce: bytes) -> bytes:
         return b""

@@ -22,7 +22,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from dht.config import NodeConfig, request_line_limit
 from dht.limits import LEAN_MAX_BODY, LEAN_MAX_HEADER_BYTES, LEAN_MAX_HEADERS
-from dht.web import lean_http
+from dht.model.machine import SYSTEM, Machine
 from dht.web.admission import BodyPace
 from dht.web.lean_http import SERVER, LeanHttp
 from dht.web.lean_parse import LeanParser, LeanRequest, NotLean
@@ -40,13 +40,14 @@ def _never_handed_off() -> RequestHandler:
     raise AssertionError("nothing is handed off here")
 
 
-def lean() -> LeanHttp:
+def lean(machine: Machine = SYSTEM) -> LeanHttp:
     return LeanHttp(
         {"/v0/entity": {"GET", "PUT", "DELETE"}},
         _never_served,
         _never_handed_off,
         MAX_LINE,
         BodyPace(NodeConfig.min_body_rate),
+        machine=machine,
     )
 
 
@@ -317,12 +318,9 @@ async def test_an_answer_reads_back_as_aiohttp_s_client_reads_it(
     assert len(message.raw_headers) == len(expected)
 
 
-async def test_the_date_is_the_second_s_and_follows_the_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_the_date_is_the_second_s_and_follows_the_clock() -> None:
     clock = SimpleNamespace(now=784111777.25)  # RFC 9110's example date
-    monkeypatch.setattr(lean_http, "time", SimpleNamespace(time=lambda: clock.now))
-    http = lean()
+    http = lean(Machine(wall=lambda: clock.now))
     dates = []
     for now in (784111777.25, 784111777.9, 784111778.1):
         clock.now = now
