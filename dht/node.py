@@ -4,11 +4,10 @@ until SIGTERM or Ctrl-C, then stops them in order."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import logging
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +37,7 @@ from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership, joining_state
 from dht.storage.store import Storage
 from dht.transport.local_replica import LocalReplica
-from dht.transport.peers import Peer, Peers
+from dht.transport.peers import Peers
 from dht.transport.tls import load_contexts
 from dht.web.admission import BodyPace, ByteBudget, keep_large_buffers_out_of_the_heap
 from dht.web.client_api import ClientApi
@@ -75,13 +74,12 @@ class ReplicaParts:
         peers: Peers,
         clock: HybridClock,
         answer_exchanges: Callable[[ExchangeAnswerer | None], None],
-        observe_calls: Callable[[Iterable[Peer]], None],
         machine: Machine,
     ) -> ReplicaParts:
         """`digest_changes` is the sink `storage` was made with, to which the repair loops
         attach their trees; `answer_exchanges` is told what answers a peer's anti-entropy
-        exchange (the repair loops' hook); `observe_calls`, the peers a membership step
-        adds; `machine`, the clocks and randomness every part reads."""
+        exchange (the repair loops' hook); `machine`, the clocks and randomness every part
+        reads."""
         hints = HintStore(
             storage.hints,
             storage.disk,
@@ -111,7 +109,6 @@ class ReplicaParts:
             rebalance,
             coordinator,
             config.timeout,
-            observe_calls,
         )
         local_replica = LocalReplica(
             storage, clock, config.secret, membership, steps.hand_off_if_not_owned, machine
@@ -150,6 +147,7 @@ class Node:
         self.membership = Membership(config.data_dir, seed, config.vnodes)
         keep_large_buffers_out_of_the_heap()
         self.budget = ByteBudget(config.max_in_flight_bytes)
+        self.metrics = Metrics(self.status, config.data_dir) if config.metrics else None
         self.tls = (
             load_contexts(config.tls_cert, config.tls_key, config.tls_ca)
             if config.tls_cert and config.tls_key and config.tls_ca
@@ -162,6 +160,7 @@ class Node:
             self.budget,
             self.tls.client if self.tls is not None else None,
             machine,
+            self.metrics.replica_call if self.metrics is not None else None,
         )
         self.internal = InternalApi(
             config.self_url,
@@ -179,7 +178,6 @@ class Node:
             self.peers,
             self.clock,
             self._answer_exchanges,
-            self._observe_calls,
             machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
@@ -193,10 +191,7 @@ class Node:
         client = ClientApi(self.coordinator, config, self.budget, self.body_pace, self.status)
         admin = MembershipApi(self.membership, self.steps, self._guard_step, self.clock.wall_ms)
         routes = client.routes() | self.internal.routes() | admin.routes()
-        self.metrics: Metrics | None = None
-        if config.metrics:
-            self.metrics = Metrics(self.status, config.data_dir)
-            self._observe_calls(self.peers.by_url.values())
+        if self.metrics is not None:
             routes["/metrics"] = Route({"GET": self.metrics.scrape}, counted=False)
         observe = self.metrics.client_request if self.metrics else None
         self.http = HttpServer(routes, config.max_in_flight, observe, machine)
@@ -234,11 +229,6 @@ class Node:
 
     def _answer_exchanges(self, answerer: ExchangeAnswerer | None) -> None:
         self.internal.exchange_answerer = answerer
-
-    def _observe_calls(self, peers: Iterable[Peer]) -> None:
-        if self.metrics is not None:
-            for peer in peers:
-                peer.observe_call = functools.partial(self.metrics.replica_call, peer.url)
 
     def status(self) -> dict[str, Any]:
         return node_status(self)

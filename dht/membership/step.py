@@ -5,8 +5,6 @@ what a node does with a replica write for a key it no longer owns."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 from dht.coordination.coordinator import Coordinator
 from dht.membership.rebalance import Rebalance
 from dht.model.merkle import holders
@@ -14,7 +12,7 @@ from dht.model.record import Record
 from dht.model.topology import STABLE, BadTransition, TopologyState
 from dht.replication.repair_loops import RepairLoops
 from dht.storage.membership import Membership
-from dht.transport.peers import Peer, Peers
+from dht.transport.peers import Peers
 
 
 class StepApplier:
@@ -27,10 +25,8 @@ class StepApplier:
         rebalance: Rebalance,
         coordinator: Coordinator,
         timeout: float,
-        new_peers: Callable[[Iterable[Peer]], None],
     ) -> None:
-        """`new_peers` hears of the peers a step adds (the metrics above observe their
-        calls); `timeout` is a replica call's, which bounds how long a step waits."""
+        """`timeout` is a replica call's, which bounds how long a step waits."""
         self._self_url = self_url
         self._membership = membership
         self._peers = peers
@@ -38,7 +34,6 @@ class StepApplier:
         self._rebalance = rebalance
         self._coordinator = coordinator
         self._timeout = timeout
-        self._new_peers = new_peers
         self.ring_share = membership.topology.current.shares()
 
     async def apply(self, proposed: TopologyState) -> bool:
@@ -54,8 +49,7 @@ class StepApplier:
                 "wipe its data folder and start it with --join to add it again"
             )
         if self._membership.apply(proposed):
-            added = self._peers.ensure(proposed.members, self._membership.identity)
-            self._new_peers(added)
+            self._peers.ensure(proposed.members, self._membership.identity)
             self.ring_share = self._membership.topology.current.shares()
             await self._repair_loops.stop()
             if proposed.phase == STABLE:  # on the new ring, from fresh trees

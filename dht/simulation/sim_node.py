@@ -251,7 +251,6 @@ class SimNode:
             self.peers,
             self.clock,
             self._answer_exchanges,
-            lambda _: None,
             machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery

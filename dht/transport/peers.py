@@ -63,6 +63,8 @@ class PeerUnavailable(PeerError):
 
 # (outcome, seconds to the answer or None): one call to a peer ended, for the metrics.
 CallObserver = Callable[[str, float | None], None]
+# The same, for every peer: (the peer's URL, outcome, seconds or None).
+PeerCallObserver = Callable[[str, str, float | None], None]
 
 
 def _unobserved(outcome: str, seconds: float | None) -> None:
@@ -83,15 +85,16 @@ class Peer:
         budget: Budget | None = None,
         tls: ssl.SSLContext | None = None,
         machine: Machine = SYSTEM,
+        observe_call: CallObserver = _unobserved,
     ) -> None:
         """`budget`: the node's byte budget, which counts a large write given up on
         midway until its last fragments have left; `tls`: the context every connection
         to the peer is made with (`dht.transport.tls`), or None for plain TCP;
-        `machine`: the clocks calls are timed by and the randomness of nonces."""
+        `machine`: the clocks calls are timed by and the randomness of nonces;
+        `observe_call`: told how each call ended (`dht.metrics.CALL_OUTCOMES`)."""
         self.url = url
         self.machine = machine
-        # dht.metrics.CALL_OUTCOMES: set by the node when it keeps metrics.
-        self.observe_call: CallObserver = _unobserved
+        self.observe_call = observe_call
         self.timeout = config.timeout
         # The longest key and record a range stream may carry: a frame claiming more is
         # not believed (nor its length allocated).
@@ -352,12 +355,16 @@ class Peers:
         budget: Budget | None = None,
         tls: ssl.SSLContext | None = None,
         machine: Machine = SYSTEM,
+        observe_calls: PeerCallObserver | None = None,
     ) -> None:
-        """`tls`: the context connections to peers are made with, or None (plain)."""
+        """`tls`: the context connections to peers are made with, or None (plain);
+        `observe_calls`: told how each call to each peer ended, its peers' included
+        (the node's metrics)."""
         self._config = config
         self._budget = budget
         self._tls = tls
         self._machine = machine
+        self._observe_calls = observe_calls
         self.by_url: dict[str, Peer] = {}
         self.ensure(nodes, ring_identity)
 
@@ -367,8 +374,15 @@ class Peers:
         added = []
         for url in nodes:
             if url != self._config.self_url and url not in self.by_url:
+                observe = self._observe_calls
                 peer = Peer(
-                    url, self._config, ring_identity, self._budget, self._tls, self._machine
+                    url,
+                    self._config,
+                    ring_identity,
+                    self._budget,
+                    self._tls,
+                    self._machine,
+                    _unobserved if observe is None else functools.partial(observe, url),
                 )
                 self.by_url[url] = peer
                 added.append(peer)

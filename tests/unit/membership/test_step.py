@@ -8,7 +8,7 @@ they moved out of dht/node.py; nothing tested them apart from whole nodes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,9 +32,11 @@ LOOPS = {"anti-entropy", "tombstone-collector"}
 class StandInPeers:
     def __init__(self) -> None:
         self.retired: list[frozenset[str]] = []
+        self.ensured: list[list[str]] = []  # the peers each step asked for
 
     def ensure(self, members: frozenset[str], identity: str) -> list[str]:
-        return sorted(members - {A})
+        self.ensured.append(sorted(members - {A}))
+        return self.ensured[-1]
 
     async def retire(self, members: frozenset[str]) -> None:
         self.retired.append(members)
@@ -75,7 +77,6 @@ class OneNode:
         self.answerers: list[ExchangeAnswerer | None] = []
         self.peers = StandInPeers()
         self.rebalance = StandInRebalance()
-        self.added: list[list[str]] = []
         self.loops = RepairLoops(
             self.config,
             self.storage,
@@ -93,11 +94,7 @@ class OneNode:
             self.rebalance,  # type: ignore[arg-type]
             StandInCoordinator(),  # type: ignore[arg-type]
             timeout=1.0,
-            new_peers=self.new_peers,
         )
-
-    def new_peers(self, peers: Iterable[object]) -> None:
-        self.added.append(list(peers))  # type: ignore[arg-type]
 
     def hooked(self) -> bool:
         """Whether storage feeds the current trees and exchanges are answered from them."""
@@ -150,7 +147,7 @@ async def test_the_repair_loops_run_and_answer_only_while_the_membership_is_stab
     assert node.loops.waiting_for == [A, B]
     assert node.peers.retired == [frozenset(GROWN)]
     assert node.rebalance.woken == 3  # once a step
-    assert node.added == [[B], [B], [B]]
+    assert node.peers.ensured == [[B], [B], [B]]
     assert node.steps.ring_share == node.membership.topology.current.shares()
 
     assert await node.steps.apply(STABLE_STEP) is True  # again: nothing closes
@@ -164,7 +161,7 @@ async def test_a_step_taken_again_changes_nothing(node: OneNode) -> None:
     assert await node.steps.apply(JOINT_STEP) is True
     woken = node.rebalance.woken
     assert await node.steps.apply(JOINT_STEP) is True  # the drain's answer
-    assert node.rebalance.woken == woken and len(node.added) == 1
+    assert node.rebalance.woken == woken and len(node.peers.ensured) == 1
 
 
 def key_held_by(owner: str, ring_state: TopologyState, vnodes: int) -> bytes:

@@ -70,10 +70,9 @@ class StandInChannel:
 async def peer(tmp_path: Path) -> AsyncIterator[Peer]:
     """A peer on a stand-in channel, whose call outcomes are kept in `outcomes`."""
     config = NodeConfig(port=1, data_dir=tmp_path, cluster=URLS, self_url=URLS[0], timeout=TIMEOUT)
-    peer = Peer(URLS[1], config, "ring")
-    peer.channel = StandInChannel()  # type: ignore[assignment]
     outcomes.clear()
-    peer.observe_call = lambda outcome, seconds: outcomes.append(outcome)
+    peer = Peer(URLS[1], config, "ring", observe_call=lambda outcome, _: outcomes.append(outcome))
+    peer.channel = StandInChannel()  # type: ignore[assignment]
     yield peer
     await peer.close()
 
