@@ -7,7 +7,6 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ from dht.model.machine import SYSTEM, Machine
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
 from dht.replication.hints import HintDelivery, HintStore, hint_max_age
-from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
+from dht.replication.repair_loops import ExchangeAnswers, RepairLoops
 from dht.status import node_status
 from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership, joining_state
@@ -73,12 +72,12 @@ class ReplicaParts:
         membership: Membership,
         peers: Peers,
         clock: HybridClock,
-        answer_exchanges: Callable[[ExchangeAnswerer | None], None],
+        exchanges: ExchangeAnswers,
         machine: Machine,
     ) -> ReplicaParts:
         """`digest_changes` is the sink `storage` was made with, to which the repair loops
-        attach their trees; `answer_exchanges` is told what answers a peer's anti-entropy
-        exchange (the repair loops' hook); `machine`, the clocks and randomness every part
+        attach their trees; `exchanges`, the one the repair loops tell who answers a peer's
+        anti-entropy exchange; `machine`, the clocks and randomness every part
         reads."""
         hints = HintStore(
             storage.hints,
@@ -99,7 +98,7 @@ class ReplicaParts:
             machine,
         )
         repair_loops = RepairLoops(
-            config, storage, digest_changes, membership, peers, clock, answer_exchanges, machine
+            config, storage, digest_changes, membership, peers, clock, exchanges, machine
         )
         steps = StepApplier(
             config.self_url,
@@ -124,6 +123,7 @@ class Node:
         self.started_at = machine.monotonic()
         wall_ms = skewed_wall_clock(machine, config.clock_skew)
         digest_changes = DigestChanges()  # storage publishes, the repair loops' trees listen
+        exchanges = ExchangeAnswers()  # the repair loops say who answers, the HTTP layer asks
         self.storage = Storage(
             config.data_dir,
             config.disk_reserve,
@@ -167,6 +167,7 @@ class Node:
             self.storage,
             config.secret,
             self.membership,
+            exchanges,
             self.tls.refusals if self.tls is not None else None,
             machine,
         )
@@ -177,7 +178,7 @@ class Node:
             self.membership,
             self.peers,
             self.clock,
-            self._answer_exchanges,
+            exchanges,
             machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
@@ -226,9 +227,6 @@ class Node:
 
     def _fenced(self, reason: str | None) -> None:
         self.http.fenced = reason
-
-    def _answer_exchanges(self, answerer: ExchangeAnswerer | None) -> None:
-        self.internal.exchange_answerer = answerer
 
     def status(self) -> dict[str, Any]:
         return node_status(self)

@@ -24,9 +24,23 @@ from dht.storage.membership import Membership
 from dht.storage.store import Storage
 from dht.transport.peers import Peers
 
-# What answers a peer's anti-entropy exchange (a request to this node), or None while
-# there is no tree to answer from. The HTTP layer above holds it: it is passed in.
+# What answers a peer's anti-entropy exchange (a request to this node).
 ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class ExchangeAnswers:
+    """Who answers a peer's anti-entropy exchange now: the current anti-entropy while
+    the membership is stable, else no one (the HTTP layer answers 503). The node gives
+    one to the HTTP layer that takes the requests and to the repair loops that change
+    it at each step."""
+
+    __slots__ = ("answerer",)
+
+    def __init__(self) -> None:
+        self.answerer: ExchangeAnswerer | None = None
+
+    def answer_with(self, answerer: ExchangeAnswerer | None) -> None:
+        self.answerer = answerer
 
 
 class RepairLoops:
@@ -38,18 +52,20 @@ class RepairLoops:
         membership: Membership,
         peers: Peers,
         clock: HybridClock,
-        answer_exchanges: Callable[[ExchangeAnswerer | None], None],
+        exchanges: ExchangeAnswers,
         machine: Machine = SYSTEM,
     ) -> None:
-        """`digest_changes` is the one `storage` publishes to: the trees are attached to
-        it while the membership is stable."""
+        """`digest_changes` is the one `storage` publishes to, and `exchanges` the one
+        the HTTP layer asks who answers a peer's exchange: the trees are attached to
+        the first, and their anti-entropy to the second, while the membership is
+        stable."""
         self._config = config
         self._storage = storage
         self._digest_changes = digest_changes
         self._membership = membership
         self._peers = peers
         self._clock = clock
-        self._answer_exchanges = answer_exchanges
+        self._exchanges = exchanges
         self._machine = machine
         self.anti_entropy, self.collector = self._made()
 
@@ -79,7 +95,7 @@ class RepairLoops:
         )
         if self._membership.phase == STABLE:  # else they stay unhooked (and unstarted)
             self._digest_changes.listen(trees.change)  # after the snapshot the trees load
-            self._answer_exchanges(anti_entropy.answer)
+            self._exchanges.answer_with(anti_entropy.answer)
         return anti_entropy, collector
 
     def renew(self) -> None:
@@ -107,6 +123,6 @@ class RepairLoops:
 
     async def stop(self) -> None:
         self._digest_changes.listen(None)
-        self._answer_exchanges(None)
+        self._exchanges.answer_with(None)
         await self.collector.close()
         await self.anti_entropy.close()

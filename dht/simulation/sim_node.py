@@ -40,6 +40,7 @@ from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
 from dht.node import ReplicaParts
 from dht.replication.fence import FenceWatch
+from dht.replication.repair_loops import ExchangeAnswers
 from dht.simulation.disk import SimDisk
 from dht.simulation.loop import EPOCH, Incarnation, VirtualClocks, VirtualLoop
 from dht.simulation.network import Network
@@ -91,12 +92,11 @@ class SimPeer(Peer):
         body = json.dumps(message)
 
         async def exchange(node: SimNode) -> dict[str, Any]:
-            if path != EXCHANGE_PATH or node.exchange_answerer is None:
+            answerer = node.exchanges.answerer
+            if path != EXCHANGE_PATH or answerer is None:
                 raise PeerError(f"{self.url}: {path} answered 503")
             try:
-                answer: dict[str, Any] = json.loads(
-                    json.dumps(node.exchange_answerer(json.loads(body)))
-                )
+                answer: dict[str, Any] = json.loads(json.dumps(answerer(json.loads(body))))
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 raise PeerError(f"{self.url}: {path} answered 400") from exc
             return answer
@@ -188,7 +188,7 @@ class SimNode:
         self.incarnation: Incarnation | None = None
         self.clock_offset = 0.0
         self.fenced: str | None = None
-        self.exchange_answerer: Any = None
+        self.exchanges = ExchangeAnswers()  # no process yet: no one answers
         self.last_version = 0  # the newest version it issued, in any incarnation
         # How far the versions it issued were from true time, in seconds (the least and
         # the most, over every incarnation): what the history checker allows for.
@@ -242,7 +242,7 @@ class SimNode:
         self.peers = SimPeers(
             self.network, config, self.membership.state.members, self.membership.identity, machine
         )
-        self.exchange_answerer = None
+        self.exchanges = ExchangeAnswers()  # a new process answers no exchange yet
         parts = ReplicaParts.build(
             config,
             self.storage,
@@ -250,7 +250,7 @@ class SimNode:
             self.membership,
             self.peers,
             self.clock,
-            self._answer_exchanges,
+            self.exchanges,
             machine,
         )
         self.hints, self.hint_delivery = parts.hints, parts.hint_delivery
@@ -320,9 +320,6 @@ class SimNode:
             status = {"vnodes": self.config.vnodes, "membership": membership}
             return 200, json.dumps(status).encode()
         return 404, b"Not Found"
-
-    def _answer_exchanges(self, answerer: Any) -> None:
-        self.exchange_answerer = answerer
 
     def _fence(self, reason: str | None) -> None:
         self.fenced = reason

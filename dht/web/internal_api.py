@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
 from dht.limits import MAX_INTERNAL_BODY
 from dht.model.log_limits import RateLimitedLog
 from dht.model.machine import SYSTEM, Machine
+from dht.replication.repair_loops import ExchangeAnswers
 from dht.storage.disk import DiskFull
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
@@ -34,8 +33,6 @@ from dht.transport.wire import (
 from dht.web.client_api import required
 from dht.web.server import Params, Route, start_stream, text
 
-ExchangeAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
-
 log = logging.getLogger(__name__)
 
 _STREAM_BUFFER = 64 * 1024
@@ -48,12 +45,14 @@ class InternalApi:
         storage: Storage,
         secret: str | None,
         membership: Membership,
+        exchanges: ExchangeAnswers,
         tls_refusals: TlsRefusals | None = None,
         machine: Machine = SYSTEM,
     ) -> None:
-        """`tls_refusals`, given when nodes talk TLS: a peer's request (range, exchange)
-        must then come over TLS with a certificate, and those without are counted.
-        `machine`: its wall clock tells a request proof's age."""
+        """`exchanges`: who answers a peer's anti-entropy exchange (the repair loops
+        say). `tls_refusals`, given when nodes talk TLS: a peer's request (range,
+        exchange) must then come over TLS with a certificate, and those without are
+        counted. `machine`: its wall clock tells a request proof's age."""
         self._self_url = self_url
         self._wall = machine.wall
         self._storage = storage
@@ -68,8 +67,7 @@ class InternalApi:
             if secret is not None
             else SeenNonces()
         )
-        # Anti-entropy's side of an exchange (AntiEntropy.answer), set by the node.
-        self.exchange_answerer: ExchangeAnswerer | None = None
+        self._exchanges = exchanges
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -87,11 +85,12 @@ class InternalApi:
             return body
         if request.headers.get(RING_HEADER, self._membership.identity) != self._membership.identity:
             return text(409, "Conflict: anti-entropy runs only between nodes on the same ring")
-        if self.exchange_answerer is None:
+        answerer = self._exchanges.answerer
+        if answerer is None:
             return text(503, "Unavailable: anti-entropy is not running on this node")
         try:
             message = json.loads(body)
-            answer = self.exchange_answerer(message)
+            answer = answerer(message)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             return text(400, f"Bad Request: {exc!r}")
         return web.Response(text=json.dumps(answer), content_type="application/json")

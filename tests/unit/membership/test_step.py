@@ -20,7 +20,7 @@ from dht.model.clock import HybridClock
 from dht.model.merkle import holders
 from dht.model.record import Record
 from dht.model.topology import HANDOFF, JOINT, STABLE, BadTransition, TopologyState
-from dht.replication.repair_loops import ExchangeAnswerer, RepairLoops
+from dht.replication.repair_loops import ExchangeAnswers, RepairLoops
 from dht.storage.digest_changes import DigestChanges
 from dht.storage.membership import Membership
 from dht.storage.store import Storage
@@ -74,7 +74,7 @@ class OneNode:
         self.membership = Membership(
             data_dir, TopologyState(0, STABLE, cluster), self.config.vnodes
         )
-        self.answerers: list[ExchangeAnswerer | None] = []
+        self.exchanges = ExchangeAnswers()
         self.peers = StandInPeers()
         self.rebalance = StandInRebalance()
         self.loops = RepairLoops(
@@ -84,7 +84,7 @@ class OneNode:
             self.membership,
             self.peers,  # type: ignore[arg-type]
             HybridClock(),
-            self.answerers.append,
+            self.exchanges,
         )
         self.steps = StepApplier(
             A,
@@ -98,7 +98,7 @@ class OneNode:
 
     def hooked(self) -> bool:
         """Whether storage feeds the current trees and exchanges are answered from them."""
-        answering = self.answerers[-1] if self.answerers else None
+        answering = self.exchanges.answerer
         return (
             self.digest_changes.listening
             and answering is not None
@@ -134,7 +134,7 @@ async def test_the_repair_loops_run_and_answer_only_while_the_membership_is_stab
     for step in (JOINT_STEP, HANDOFF_STEP):
         assert await node.steps.apply(step) is True
         assert not node.digest_changes.listening, step.phase
-        assert node.answerers[-1] is None, step.phase
+        assert node.exchanges.answerer is None, step.phase
         assert running_loops() == set(), step.phase
     assert node.peers.retired == []  # no peer is retired before the new ring is stable
 
@@ -210,7 +210,7 @@ async def test_a_node_started_mid_change_runs_no_repair_loop(tmp_path: Path) -> 
     node = OneNode(tmp_path)
     try:
         assert node.membership.phase == JOINT
-        assert not node.digest_changes.listening and node.answerers == []
+        assert not node.digest_changes.listening and node.exchanges.answerer is None
         node.loops.start()
         assert running_loops() == set()
         for step in (HANDOFF_STEP, STABLE_STEP, replace(STABLE_STEP, draining=())):
