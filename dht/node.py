@@ -202,13 +202,12 @@ class Node:
             config.data_dir,
             self.membership,
             self.peers,
-            self._fenced,
+            self.http.fence,
             self.clock.wall_ms,
             config.max_clock_drift_ms,
             config.timeout,
             machine=machine,
         )
-        self.http.fenced = self.fence.refusal
 
     def _warn_if_clock_behind(self) -> None:
         behind_ms = version_ms(self.clock.last) - self.clock.wall_ms()
@@ -224,9 +223,6 @@ class Node:
         """A membership step proves the secret; it carries no records, so the operator's
         tool needs no certificate."""
         return await self.internal.guarded_body(request, peers_only=False)
-
-    def _fenced(self, reason: str | None) -> None:
-        self.http.fenced = reason
 
     def status(self) -> dict[str, Any]:
         return node_status(self)

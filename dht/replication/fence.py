@@ -106,6 +106,8 @@ class FenceWatch:
         self.offsets: dict[str, Offset | None] = {}
         self._answered: set[str] = set()  # peers that answered at least once
         self._task = OwnedTask("fence", self._run)
+        if self.fenced is not None:
+            fence(self.fenced)  # removed before this start: clients are refused at once
 
     @property
     def refusal(self) -> str | None:

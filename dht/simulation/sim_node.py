@@ -273,7 +273,6 @@ class SimNode:
             config.timeout,
             machine=machine,
         )
-        self.fenced = self.fence.refusal
         self._handshakes = Handshakes(RateLimitedLog(_log))
         self._channels: set[ServerConnection] = set()
         self._max_message = config.max_value_bytes + config.max_key_bytes + MESSAGE_OVERHEAD

@@ -171,10 +171,14 @@ class HttpServer:
         self.in_flight = 0
         self.refused = 0
         self.errors = 0
-        # Set when this node learns it was removed from the cluster (SPEC.md rule 13.9),
-        # or while its clock is off from the majority's (rule 9.13): client work is
-        # answered 503 with it, as its data may be stale or its versions refused.
-        self.fenced: str | None = None
+        self.fenced: str | None = None  # `fence`
+
+    def fence(self, reason: str | None) -> None:
+        """Client work is answered 503 with `reason` from now on (None: served again):
+        the node learnt it was removed from the cluster (SPEC.md rule 13.9), or its
+        clock is off from the majority's (rule 9.13), so its data may be stale or its
+        versions refused. The fence watch (`dht.replication.fence`) is given this."""
+        self.fenced = reason
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """aiohttp's handler of every request."""
