@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dht.storage.disk import DiskFull
-from dht.transport.peers import PeerError, ReplicaFull
+from dht.transport.replica import NO_SPACE, REPLICA_FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ class Counters:
 
 
 def log_replica_failure(url: str, error: BaseException) -> None:
-    if isinstance(error, PeerError | DiskFull):
+    if isinstance(error, REPLICA_FAILURES):
         log.debug("replica %s failed: %s", url, error)
     else:
         log.error("replica call to %s raised", url, exc_info=error)
@@ -41,7 +40,7 @@ def log_replica_failure(url: str, error: BaseException) -> None:
 def refused_for_space(call: asyncio.Future[Any]) -> bool:
     """Whether `call` ended at once on this node's volume below its reserve: a refusal
     its caller logs, saying what was refused."""
-    return call.done() and not call.cancelled() and isinstance(call.exception(), DiskFull)
+    return call.done() and not call.cancelled() and isinstance(call.exception(), NO_SPACE)
 
 
 class Tally(Generic[T]):
@@ -187,7 +186,7 @@ class Tally(Generic[T]):
                 self.succeeded(url, value)
                 return
         log_replica_failure(url, error)
-        self.failed(url, no_space=isinstance(error, ReplicaFull | DiskFull))
+        self.failed(url, no_space=isinstance(error, NO_SPACE))
 
     def _check(self) -> None:
         if self._decided is not None and not self._decided.done() and self.is_decided:

@@ -6,10 +6,12 @@ A call answers with a future in both places. A peer's (`dht.transport.peers.Peer
 resolves when the channel answers or the deadline comes; this node's own
 (`SelfReplica`) is a LevelDB point operation, so its future is done when returned, or
 resolves when the storage lands a write (the group commit, a large value's thread). The
-failures are the same few in both places: a volume below its reserve (`ReplicaFull` from
-a peer, `DiskFull` here) or, from a peer, another `PeerError`; anything else is a bug,
-logged with its traceback where it is counted (`dht.coordination.tally`). The caller
-says what a refusal for space meant (a client's write, a read repair skipped).
+failures are the same few in both places, and named once here: `NO_SPACE`, a volume
+below its reserve (`ReplicaFull` from a peer, `DiskFull` from this node's storage, even
+when a batch fails at landing: so it is not translated, which would cost a future per
+write), and `REPLICA_FAILURES`, those and any other `PeerError`; anything else is a
+bug, logged with its traceback where it is counted (`dht.coordination.tally`). The
+caller says what a refusal for space meant (a client's write, a read repair skipped).
 """
 
 from __future__ import annotations
@@ -18,10 +20,16 @@ import asyncio
 from typing import Any, Protocol, TypeVar
 
 from dht.model.record import Record
+from dht.storage.disk import DiskFull
 from dht.storage.store import Storage
-from dht.transport.peers import Peer, Peers
+from dht.transport.peers import Peer, PeerError, Peers, ReplicaFull
 
 T = TypeVar("T")
+
+# A replica's volume below its free-space reserve, from a peer or from this node.
+NO_SPACE = (ReplicaFull, DiskFull)
+# Every way a replica call fails that is not a bug of this node's.
+REPLICA_FAILURES = (PeerError, DiskFull)
 
 
 class Replica(Protocol):
@@ -70,7 +78,7 @@ class SelfReplica:
         """Stored at once, or a future the storage resolves once the write landed."""
         try:
             stored = self._storage.write(key, record)
-        except Exception as exc:  # DiskFull: below the reserve, nothing was written
+        except Exception as exc:  # DiskFull (NO_SPACE): below the reserve, nothing written
             return _failed(exc)
         if isinstance(stored, asyncio.Future):
             return stored
