@@ -45,6 +45,7 @@ from bench.throughput_report import (
     NO_METRICS,
     NO_SYNC,
     ONE_NODE,
+    RAW,
     SYNC_EACH,
     THREE_1_1,
     THREE_2_3,
@@ -101,6 +102,7 @@ def measure(
             in_turn = [servers[0], *reversed(servers[1:])]
         for workload in workloads:
             bare_rate = 0.0
+            rates: dict[str, float] = {}
             for index, server in enumerate(in_turn):
                 prefix = f"r{round_number}s{servers.index(server)}-"
                 args = [f"replicas={server.replicas}"] if server.replicas else []
@@ -118,6 +120,7 @@ def measure(
                 if index == 0:  # the bare server: this round's reference
                     bare_rate = run.rate
                 row = rows[server.name, workload]
+                rates[server.name] = run.rate
                 row.runs.append(run)
                 row.ratios.append(run.rate / bare_rate if bare_rate else 0.0)
                 row.cpu_us.append(cpu_used * 1e6 / run.requests if run.requests else 0.0)
@@ -129,16 +132,20 @@ def measure(
                     file=sys.stderr,
                     flush=True,
                 )
+            if raw_rate := rates.get(RAW):
+                for name, rate in rates.items():
+                    rows[name, workload].raw_ratios.append(rate / raw_rate)
     return list(rows.values())
 
 
 @contextlib.contextmanager
-def bare_server(core: int | None) -> Iterator[Server]:
-    """The reference server, started under `taskset -c core` when given one."""
+def bare_server(core: int | None, kind: str = "aiohttp") -> Iterator[Server]:
+    """A reference server (`bench.bare_server`: bare aiohttp, or with `kind` "raw" a
+    uvloop Protocol), started under `taskset -c core` when given one."""
     from dht.conformance.http_client import free_port, request, wait_for
 
     port = free_port()
-    command = [sys.executable, "-m", "bench.bare_server", "--port", str(port)]
+    command = [sys.executable, "-m", "bench.bare_server", "--port", str(port), "--kind", kind]
     pinned = ["taskset", "-c", str(core)] if core is not None else []
     process = subprocess.Popen([*pinned, *command])
     url = f"http://127.0.0.1:{port}"
@@ -153,7 +160,7 @@ def bare_server(core: int | None) -> Iterator[Server]:
         wait_for(answers, bool, deadline=10)
         if core is not None:
             check_pinned(process.pid, core)
-        yield Server(BARE, url, (process.pid,))
+        yield Server(RAW if kind == "raw" else BARE, url, (process.pid,))
     finally:
         process.terminate()
         process.wait()
@@ -184,10 +191,16 @@ def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     through aiohttp's handler), in alternating order."""
     with (
         bare_server(SERVER_CORE) as bare,
+        bare_server(SERVER_CORE, "raw") as raw,
         dht_cluster(1, SERVER_CORE) as node,
         dht_cluster(1, SERVER_CORE, ("--no-lean-http",)) as aiohttp_path,
     ):
-        servers = [bare, Server(ONE_NODE, *node), Server(ONE_NODE + NO_LEAN, *aiohttp_path)]
+        servers = [
+            bare,
+            raw,
+            Server(ONE_NODE, *node),
+            Server(ONE_NODE + NO_LEAN, *aiohttp_path),
+        ]
         wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
         return measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True)
 
@@ -196,11 +209,13 @@ def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
     # One cluster for both replica settings: they are a per-request parameter.
     with (
         bare_server(None) as bare,
+        bare_server(None, "raw") as raw,
         dht_cluster(3, None) as cluster,
         dht_cluster(3, None, ("--no-lean-http",)) as aiohttp_path,
     ):
         servers = [
             bare,
+            raw,
             Server(THREE_1_1, *cluster, "1/1"),
             Server(THREE_2_3, *cluster),
             Server(THREE_2_3 + NO_LEAN, *aiohttp_path),
@@ -277,18 +292,20 @@ def durability_group(
     none, each = ("--durability", "none"), ("--durability", "each")
     with (
         bare_server(core) as bare,
+        bare_server(core, "raw") as raw,
         dht_cluster(size, core) as group,
         dht_cluster(size, core, none) as unsynced,
         dht_cluster(size, core, each) as synced_each,
     ):
         servers = [
             bare,
+            raw,
             Server(label, *group),
             Server(label + NO_SYNC, *unsynced),
             Server(label + SYNC_EACH, *synced_each),
         ]
         rows = measure(pinning, servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
-        print_syncs(pinning, servers[1:])
+        print_syncs(pinning, servers[2:])
     return rows
 
 

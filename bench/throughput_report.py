@@ -10,6 +10,7 @@ from bench.wrk import SATURATED_CORE_SHARE, WrkRun
 
 WORKLOADS = ("PUT", "GET")
 BARE = "bare aiohttp"
+RAW = "raw uvloop Protocol"
 ONE_NODE = "1 node"
 THREE_1_1 = "3 nodes, 1/1"
 THREE_2_3 = "3 nodes, 2/3 (default)"
@@ -36,6 +37,8 @@ class Row:
     # Every round's server CPU (user + system, all threads, every process of the row)
     # per request, in microseconds.
     cpu_us: list[float] = field(default_factory=list)
+    # Every round's ratio to the raw uvloop server's run of the same round, when one ran.
+    raw_ratios: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> WrkRun:
@@ -47,6 +50,11 @@ class Row:
     @property
     def ratio(self) -> float:
         return statistics.median(self.ratios)
+
+    @property
+    def raw_ratio(self) -> str:
+        """The median share of the raw uvloop server, or a dash with none measured."""
+        return f"{statistics.median(self.raw_ratios):.2f}" if self.raw_ratios else "-"
 
     @property
     def cpu_per_request(self) -> float:
@@ -85,9 +93,9 @@ def latency(ms: float) -> str:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| pinning | server | workload | req/s | p50 | p99 | vs bare | server CPU µs/req "
-        "| errors | wrk CPU |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| pinning | server | workload | req/s | p50 | p99 | vs bare | vs raw "
+        "| server CPU µs/req | errors | wrk CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         run = row.median
@@ -95,7 +103,8 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.pinning} | {row.name} | {row.workload} | {run.rate:,.0f} | "
             f"{latency(run.p50_ms)} | {latency(run.p99_ms)} | {row.ratio:.2f} | "
-            f"{row.cpu_per_request:.0f} | {row.errors} | {run.cpu_share:.0%}{bound} |"
+            f"{row.raw_ratio} | {row.cpu_per_request:.0f} | {row.errors} | "
+            f"{run.cpu_share:.0%}{bound} |"
         )
     return "\n".join(lines)
 
@@ -107,7 +116,7 @@ def cpu_added(rows: list[Row]) -> list[str]:
     lines = []
     for row in rows:
         bare = find_row(rows, row.pinning, BARE, row.workload)
-        if row.name == BARE or bare is None:
+        if row.name in (BARE, RAW) or bare is None:
             continue
         added = row.cpu_per_request - bare.cpu_per_request
         lines.append(
@@ -172,19 +181,28 @@ def ceiling(rows: list[Row]) -> list[str]:
     for pinning in dict.fromkeys(row.pinning for row in rows):
         for workload in WORKLOADS:
             bare = find_row(rows, pinning, BARE, workload)
+            raw = find_row(rows, pinning, RAW, workload)
             others = [
-                r for r in rows if (r.pinning, r.workload) == (pinning, workload) and r is not bare
+                r
+                for r in rows
+                if (r.pinning, r.workload) == (pinning, workload) and r.name not in (BARE, RAW)
             ]
             if bare is None or not others:
                 continue
             fastest, run = max(others, key=lambda r: r.median.rate), bare.median
             # Its CPU per request is roughly fixed, so a full core would send about this.
             full_core = f"{run.rate / run.cpu_share:,.0f}" if run.cpu_share else "?"
+            on_raw = (
+                f"; on the raw uvloop server {raw.median.rate:,.0f} req/s using "
+                f"{raw.median.cpu_share:.0%}, {raw.median.rate / fastest.median.rate:.1f}x"
+                if raw is not None
+                else ""
+            )
             lines.append(
                 f"{pinning} {workload}: wrk reached {run.rate:,.0f} req/s on the bare server "
                 f"using {run.cpu_share:.0%} of its core (~{full_core} req/s at a full core), "
                 f"{run.rate / fastest.median.rate:.1f}x the fastest dht row "
-                f"({fastest.name}, {fastest.median.rate:,.0f} req/s)"
+                f"({fastest.name}, {fastest.median.rate:,.0f} req/s){on_raw}"
             )
     bound = [f"{r.pinning} {r.name} {r.workload}" for r in rows if r.generator_bound]
     lines.append(

@@ -16,6 +16,7 @@ from bench.throughput_report import (
     NO_LEAN,
     NO_SYNC,
     ONE_NODE,
+    RAW,
     SYNC_EACH,
     THREE_1_1,
     THREE_2_3,
@@ -119,7 +120,9 @@ def test_the_ceiling_compares_the_bare_rate_with_the_fastest_dht_row() -> None:
 def test_the_table_has_one_line_per_row_with_its_median_round() -> None:
     lines = table(rows(one_node=9000, three=3000)).splitlines()
     assert len(lines) == 2 + 7
-    assert lines[4] == "| pinned | 1 node | PUT | 9,000 | 2.00 ms | 9.00 ms | 0.90 | 0 | 0 | 30% |"
+    assert lines[4] == (
+        "| pinned | 1 node | PUT | 9,000 | 2.00 ms | 9.00 ms | 0.90 | - | 0 | 0 | 30% |"
+    )
 
 
 def test_a_process_free_on_other_cores_is_not_pinned() -> None:
@@ -174,3 +177,17 @@ def test_the_group_commit_is_judged_against_its_unsynced_twin() -> None:
     assert lines[1].startswith("sync per write pinned 1 node PUT: 0.20 x bare")
     slow_tail = [timed("", 9_500, 12.0), timed(NO_SYNC, 10_000, 9.0)]
     assert durability_costs(slow_tail)[0].endswith("missed")
+
+
+def test_a_raw_server_measured_beside_gives_each_row_its_share_and_is_no_dht_row() -> None:
+    raw = row("pinned", RAW, "PUT", 40_000, 40_000, 40_000, cpu=0.8)
+    measured = [*rows(one_node=9000, three=3000), raw]
+    node = next(
+        r for r in measured if (r.pinning, r.name, r.workload) == ("pinned", ONE_NODE, "PUT")
+    )
+    node.raw_ratios = [9000 / 40_000] * 3
+    assert "| 0.90 | 0.23 |" in table(measured).splitlines()[4]
+    pinned_put = ceiling(measured)[0]
+    assert "the fastest dht row (1 node, 9,000 req/s)" in pinned_put
+    assert pinned_put.endswith("on the raw uvloop server 40,000 req/s using 80%, 4.4x")
+    assert not any(line.startswith(RAW) for line in cpu_added(measured))
