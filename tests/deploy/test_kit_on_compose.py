@@ -8,6 +8,7 @@ podman; skipped with the reason elsewhere).
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,14 +43,38 @@ def compose_cluster(image: str, tmp_path: Path) -> Iterator[ComposeCluster]:  # 
 
 
 def node_logs(cluster: ComposeCluster, lines: int = 80) -> str:
-    """The last lines each node logged, so a failed grading says what the nodes saw."""
+    """The last lines each node logged, so a failed grading says what the nodes saw; and
+    what the network under them was: each container's address now, podman's events for
+    them (starts, deaths, cleanups), the host's neighbour table and the port forwards.
+    A kit run failed once with "No route to host" on a node's published port (ci14):
+    this says whether a forward pointed at an address no container had."""
     logs = []
-    for service in SERVICES:
-        name = cluster.container(service)
+    names = [cluster.container(service) for service in SERVICES]
+    for name in names:
         printed = _podman("logs", "--tail", str(lines), name)
         logs.append(f"\n--- podman logs {name} (last {lines} lines) ---\n")
         logs.append(printed.stdout + printed.stderr)
+        address = _podman(
+            "inspect",
+            name,
+            "--format",
+            "{{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}} "
+            "{{.MacAddress}}{{end}}",
+        )
+        logs.append(f"--- {name} now: {address.stdout.strip()} {address.stderr.strip()}\n")
+    filters = [argument for name in names for argument in ("--filter", f"container={name}")]
+    events = _podman("events", "--stream=false", "--since", "15m", *filters)
+    logs.append("\n--- podman events of the three containers ---\n" + events.stdout)
+    for command in (["ip", "-4", "neigh", "show"], ["iptables-save", "-t", "nat"]):
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        text = shown.stdout if command[0] == "ip" else _forwards(shown.stdout)
+        logs.append(f"\n--- {' '.join(command)} ---\n{text}{shown.stderr}")
     return "".join(logs)
+
+
+def _forwards(nat_rules: str) -> str:
+    """The DNAT rules of the nat table: where each published port forwards to."""
+    return "".join(line + "\n" for line in nat_rules.splitlines() if "DNAT" in line)
 
 
 def test_the_kit_grades_the_compose_cluster_through_podmans_commands(
