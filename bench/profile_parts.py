@@ -33,10 +33,14 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("HTTP edge (dht)", ("dht/web/",)),
     ("HTTP edge (aiohttp)", ("aiohttp/", "multidict/", "yarl/")),
     ("model (clock, ring, records)", ("dht/model/",)),
-    ("other dht", ("dht/",)),
+    ("other dht (metrics, status)", ("dht/",)),
     ("event loop and the rest", ("",)),
 )
 WRITER_THREAD = "leveldb-writer"
+# The frames every sample of the loop has at its root (`run_node` starts the loop): a
+# sample with nothing of dht below them runs the event loop's own C code (uvloop, the
+# kernel's socket calls, the callbacks' dispatch).
+ENTRY = ("dht/node.py", "dht/__main__.py", "dht/command_line/")
 # py-spy's raw line: frames joined by ';', then a space and the count of samples.
 _LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
 # A frame: "function (path/to/file.py:123)"; thread roots read "thread (0x...)" and, with
@@ -50,6 +54,8 @@ def part_of(stack: str) -> str:
         return PARTS[0][0]
     files = [match.group(1) for frame in frames if (match := _FILE.search(frame))]
     for path in reversed(files):  # innermost first
+        if any(entry in path for entry in ENTRY):
+            continue
         for part, markers in PARTS[1:-1]:
             if any(marker in path for marker in markers):
                 return part

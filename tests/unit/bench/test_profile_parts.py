@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.profile_parts import PARTS, samples_by_part, table
 
-LOOP = "thread (101): MainThread;run (uvloop/__init__.py:82)"
+LOOP = "thread (101): MainThread;run_node (dht/node.py:346);run (uvloop/__init__.py:82)"
 FOLDED = [
     f"{LOOP};serve (dht/web/lean_http.py:140);put (dht/coordination/coordinator.py:130);"
     "write (dht/storage/store.py:300) 30",
