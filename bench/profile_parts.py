@@ -2,9 +2,16 @@
 the part of dht whose code it was running, as a share of the samples and, given the CPU
 the node spent per request, as microseconds per request.
 
-    py-spy record --format raw --threads --nonblocking --rate 400 --duration 10 \
-        --pid PID -o node.folded
+    .venv/bin/python -m bench.profile_parts --run PUT [--node-args="--durability none"]
     .venv/bin/python -m bench.profile_parts node.folded --cpu-us-per-request 97
+
+`--run` starts one node pinned to core 1, loads it with wrk (`-t1 -c64`, pinned to core
+0, PUT of new keys or GET of keys written first), samples it with py-spy (pinned to core
+0 too, `--nonblocking`, so the node is not paused) and prints its rate, its CPU per
+request and the table. Or give it py-spy's output of any run:
+
+    py-spy record --format raw --threads --nonblocking --rate 250 --duration 8 \
+        --pid PID -o node.folded
 
 A sample belongs to the innermost frame of a known part (`PARTS`, matched on the frame's
 file path): a sample inside LevelDB's C code called from `dht/storage/store.py` is
@@ -17,7 +24,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -89,17 +101,72 @@ def table(counts: Counter[str], cpu_us_per_request: float | None) -> str:
     return "\n".join(lines)
 
 
+def profile_node(workload: str, node_args: list[str], seconds: float) -> tuple[str, Path, float]:
+    """Runs one pinned node under wrk and py-spy; returns what wrk measured (a line), the
+    folded samples and the node's CPU µs per request."""
+    from bench.process_cpu import cpu_seconds
+    from bench.throughput import GENERATOR_CORE, SERVER_CORE, dht_cluster
+    from bench.wrk import run_wrk
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    folded = Path(tempfile.mkdtemp(prefix="dht-profile-")) / f"{workload}.folded"
+    pinned = ["taskset", "-c", str(GENERATOR_CORE)]
+    with dht_cluster(1, SERVER_CORE, tuple(node_args)) as (url, pids):
+        written = run_wrk(url, "wrk_put.lua", 3, 64, ["prefix=w-"], pinned)
+        record = ["record", "--format", "raw", "--threads", "--nonblocking", "--rate", "250"]
+        target = ["--duration", f"{seconds:g}", "--pid", str(pids[0]), "-o", str(folded)]
+        sampler = subprocess.Popen(
+            [*pinned, spy, *record, *target],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(0.5)  # py-spy attached before the load begins
+        before = cpu_seconds(pids)
+        if workload == "PUT":
+            run = run_wrk(url, "wrk_put.lua", seconds, 64, ["prefix=p-"], pinned)
+        else:
+            keys = f"keys={max(2, written.requests - 64)}"
+            run = run_wrk(url, "wrk_get.lua", seconds, 64, ["prefix=w-", keys], pinned)
+        used = cpu_seconds(pids) - before
+        _, error = sampler.communicate()
+        if sampler.returncode != 0:
+            sys.exit(f"py-spy failed: {error.decode(errors='replace').strip()}")
+    per_request = used * 1e6 / run.requests
+    summary = (
+        f"{workload} on one pinned node{''.join(' ' + arg for arg in node_args)}: "
+        f"{run.rate:,.0f} req/s, "
+        f"p99 {run.p99_ms:.2f} ms, node CPU {per_request:.1f} µs per request, "
+        f"wrk {run.cpu_share:.0%} of its core"
+    )
+    return summary, folded, per_request
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.profile_parts", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("folded", type=Path, help="py-spy's --format raw output")
+    parser.add_argument("folded", type=Path, nargs="?", help="py-spy's --format raw output")
     parser.add_argument(
         "--cpu-us-per-request",
         type=float,
         help="the node's CPU per request in the same load (bench.throughput prints it)",
     )
+    parser.add_argument(
+        "--run", choices=("PUT", "GET"), help="profile a node of its own under this load"
+    )
+    parser.add_argument("--node-args", default="", help="the node's flags, as one string")
+    parser.add_argument("--seconds", type=float, default=8.0, help="of load (default 8)")
     args = parser.parse_args()
+    if args.run:
+        for tool in ("wrk", "taskset"):
+            if shutil.which(tool) is None:
+                sys.exit(f"{tool} not found: run `make bench-tools`")
+        summary, args.folded, args.cpu_us_per_request = profile_node(
+            args.run, shlex.split(args.node_args), args.seconds
+        )
+        print(summary)
+    elif args.folded is None:
+        parser.error("give py-spy's output, or --run PUT|GET")
     try:
         text = args.folded.read_text()
     except OSError as error:
