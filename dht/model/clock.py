@@ -49,11 +49,6 @@ def version_at(ms: int, counter: int = 0) -> int:
     return (ms << COUNTER_BITS) | counter
 
 
-def wall_clock_us() -> int:
-    """Microseconds since the epoch from the system clock."""
-    return time.time_ns() // 1_000
-
-
 def skewed_wall_clock(machine: Machine, skew_seconds: float) -> Callable[[], int]:
     """The machine's wall clock in milliseconds, shifted by `--clock-skew` (the test
     bed's skewed-clock fault)."""
