@@ -69,7 +69,27 @@ def node_logs(cluster: ComposeCluster, lines: int = 80) -> str:
         shown = subprocess.run(command, capture_output=True, text=True, timeout=30)
         text = shown.stdout if command[0] == "ip" else _forwards(shown.stdout)
         logs.append(f"\n--- {' '.join(command)} ---\n{text}{shown.stderr}")
+    logs.append("\n--- connections tracked to a published port, not established ---\n")
+    logs.append(_tracked_forwards())
     return "".join(logs)
+
+
+def _tracked_forwards(most: int = 60) -> str:
+    """The kernel's tracked connections from this host to a published port that were
+    forwarded to a container and are not established: which address each was sent to.
+    A new connection that reuses the source port of one of them keeps its forward, so
+    one to an address no container has any more would reach no one (ci18: the host's
+    neighbour table held an address of none of the three)."""
+    try:
+        tracked = Path("/proc/net/nf_conntrack").read_text().splitlines()
+    except OSError as error:
+        return f"(not readable: {error.strerror})\n"
+    forwarded = [
+        " ".join(line.split()[4:])
+        for line in tracked
+        if "dst=127.0.0.1" in line and "src=10." in line and "ESTABLISHED" not in line
+    ]
+    return "".join(line + "\n" for line in forwarded[-most:]) or "(none)\n"
 
 
 def _forwards(nat_rules: str) -> str:
