@@ -10,8 +10,14 @@ the node spent per request, as microseconds per request.
 0 too, `--nonblocking`, so the node is not paused) and prints its rate, its CPU per
 request and the table. Or give it py-spy's output of any run:
 
-    py-spy record --format raw --threads --nonblocking --rate 250 --duration 8 \
-        --pid PID -o node.folded
+    py-spy record --format raw --threads --nonblocking --nolineno --rate 250 \
+        --duration 8 --pid PID -o node.folded
+
+`--nolineno`: a part is known by its file, and py-spy 0.4.0 reading a line number from a
+running process (`--nonblocking`) can panic on a code object that changed under it
+(benfred/py-spy#653, #735: it did in CI, and at once in a run here). Without
+`--nonblocking` py-spy stops the node for each sample: in two runs here that took the
+PUT p99 from about 20 ms to 95 ms, too far from a node unobserved to profile it.
 
 A sample belongs to the innermost frame of a known part (`PARTS`, matched on the frame's
 file path): a sample inside LevelDB's C code called from `dht/storage/store.py` is
@@ -113,7 +119,8 @@ def profile_node(workload: str, node_args: list[str], seconds: float) -> tuple[s
     pinned = ["taskset", "-c", str(GENERATOR_CORE)]
     with dht_cluster(1, SERVER_CORE, tuple(node_args)) as (url, pids):
         written = run_wrk(url, "wrk_put.lua", 3, 64, ["prefix=w-"], pinned)
-        record = ["record", "--format", "raw", "--threads", "--nonblocking", "--rate", "250"]
+        record = ["record", "--format", "raw", "--threads", "--nonblocking", "--nolineno"]
+        record += ["--rate", "250"]
         target = ["--duration", f"{seconds:g}", "--pid", str(pids[0]), "-o", str(folded)]
         sampler = subprocess.Popen(
             [*pinned, spy, *record, *target],
