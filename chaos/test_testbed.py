@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
+
+import pytest
 
 from dht.conformance.http_client import wait_for
 from dht.conformance.rules import rule
+from dht.testbed.toxiproxy import ToxiproxyServer, free_ports
 from tests.fixtures import ChaosClusterFactory
 
 
@@ -43,3 +47,20 @@ def test_a_toxiproxy_whose_control_port_hangs_is_restarted_with_the_same_links(
     assert cluster[0].put("cut again", b"3", "3/3").status == 504
     testbed.heal()
     assert len(testbed.restarts) == 1
+
+
+def test_a_toxiproxy_server_whose_port_another_one_holds_does_not_start(tmp_path: Path) -> None:
+    """A second server on a port another Toxiproxy holds exits at once, while the first
+    answers its /version: taken for the second's, that answer gave its test bed the
+    first's links to fault and heal (a suspect for ci19's heal that restarted nothing
+    after SIGSTOP). It must fail to start instead, and say why."""
+    port = free_ports(1)[0]
+    first = ToxiproxyServer("127.0.0.1", port, tmp_path / "first.log")
+    first.start()
+    try:
+        second = ToxiproxyServer("127.0.0.1", port, tmp_path / "second.log")
+        with pytest.raises(RuntimeError, match=r"exited .*another process answers there"):
+            second.start()
+        assert first.running()
+    finally:
+        first.stop()

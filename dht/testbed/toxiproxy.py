@@ -87,6 +87,30 @@ def listen_ports() -> Sequence[int]:
     return shared_range(start, low) if low - start >= 1000 else range(0)
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket on `port`: its sockets' inodes
+    (/proc/PID/fd) against the listeners of its own network namespace
+    (/proc/PID/net/tcp and tcp6, state 0A). False for a process gone; True on a system
+    without /proc, which cannot tell."""
+    if not Path("/proc/self/fd").is_dir():
+        return True
+    listeners: set[str] = set()
+    try:
+        for table in ("tcp", "tcp6"):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    listeners.add(f"socket:[{fields[9]}]")
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except (OSError, IndexError, ValueError):
+        return False
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(descriptor) in listeners:
+                return True
+    return False
+
+
 def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
     """`count` distinct free ports, none of them in `avoid` (ports promised to processes
     that have not bound them yet), drawn from `listen_ports`: every socket stays bound
@@ -241,12 +265,20 @@ class ToxiproxyServer:
                 log.close()  # type: ignore[union-attr]
 
     def wait_until_running(self) -> None:
+        """Until this process answers on its API port. Another Toxiproxy answering on
+        the same port is not this one: this one then exits (the port is taken), and a
+        test bed that took the other's answer would fault and heal the other's links."""
         assert self.process is not None, "launch() first"
         deadline = time.monotonic() + _START_DEADLINE
-        while not self.running():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+        while not (self.running() and listens_on(self.process.pid, self.port)):
+            exit_code = self.process.poll()
+            if exit_code is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"toxiproxy-server did not start on {self.api_url}")
+                why = f"it exited ({exit_code})" if exit_code is not None else "no answer"
+                taken = " another process answers there" if self.running() else ""
+                raise RuntimeError(
+                    f"toxiproxy-server did not start on {self.api_url}: {why};{taken}"
+                )
             time.sleep(0.02)
 
     def running(self) -> bool:
