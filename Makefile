@@ -196,14 +196,16 @@ compose-tls: $(STAMP)
 	$(PY) deploy/certificates.py deploy/secrets/tls
 
 # Podman and what `make image` builds with: Debian's packages, installed by root like
-# wrk above; anyone else gets one line saying how.
+# wrk above; anyone else gets one line saying how. conntrack: the kit's start command for
+# a podman node clears the connections tracked to its old address
+# (tests/deploy/test_published_port.py says why).
 podman:
 	@{ command -v podman && command -v runc && command -v mmdebstrap && \
-		command -v podman-compose; } >/dev/null || \
+		command -v podman-compose && command -v conntrack; } >/dev/null || \
 		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap \
-		podman-compose >/dev/null; } || \
-		{ echo "podman not found: sudo apt-get install podman runc mmdebstrap podman-compose" >&2; exit 1; }
+		podman-compose conntrack >/dev/null; } || \
+		{ echo "podman not found: sudo apt-get install podman runc mmdebstrap podman-compose conntrack" >&2; exit 1; }
 
 $(VEGETA):
 	mkdir -p .tools/bin

@@ -139,6 +139,8 @@ Examples:
       --kill-command 'podman kill -s KILL dht-{number}' \\
       --start-command 'podman start dht-{number}' \\
       --stop-command 'podman stop -t 10 dht-{number}'
+  (under podman, give the start command of docs/kit.md: it also clears the connections
+  the host tracked to the container's old address)
 """
 )
 

@@ -26,6 +26,7 @@ from tests.deploy.test_image import (
     _unavailable,
     image,  # noqa: F401  (a fixture)
 )
+from tests.deploy.test_published_port import START_COMMAND
 from tests.fixtures import IMAGE_GROUP
 
 pytestmark = [
@@ -114,7 +115,7 @@ def test_the_kit_grades_the_compose_cluster_through_podmans_commands(
         "--kill-command",
         f"podman kill -s KILL {name}",
         "--start-command",
-        f"podman start {name}",
+        START_COMMAND.format(name=name, port="{port}"),
         "--stop-command",
         f"podman stop -t 10 {name}",
         "--pause-command",
