@@ -11,25 +11,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncGenerator, Callable
 
 from dht.model.record import Record
 from dht.model.topology import Topology
-from dht.storage.store import Storage
-from dht.transport.peers import Peer, PeerError
+from dht.transport.peers import PeerError
+from dht.transport.replica import RecordSource, Replica
 
 log = logging.getLogger(__name__)
-
-
-class RecordSource(Protocol):
-    """One node's local range: sorted (key, record) pairs, closed when no longer read."""
-
-    def __aiter__(self) -> AsyncIterator[tuple[bytes, Record]]: ...
-
-    async def __anext__(self) -> tuple[bytes, Record]: ...
-
-    async def aclose(self) -> None: ...
 
 
 class NotEnoughSources(Exception):
@@ -43,43 +32,30 @@ class RangeIncomplete(Exception):
 async def open_cluster_range(
     start: bytes,
     end: bytes | None,
-    local: tuple[str, RecordSource],
-    peers: list[Peer],
+    replicas: list[Replica],
     topology: Topology,
     wall_ms: Callable[[], int],
 ) -> AsyncGenerator[tuple[bytes, bytes], None]:
     """The live records of the whole cluster in [start, end), merged, newest version
-    per key: `local` is this node's (URL, range), `peers` every other node's, and
-    `topology` the one the range is counted by throughout. Raises NotEnoughSources
-    (before anything is sent) when too few nodes answer; the iterator raises
-    RangeIncomplete when too few are left mid-stream."""
+    per key: `replicas` every node's, and `topology` the one the range is counted by
+    throughout. Raises NotEnoughSources (before anything is sent) when too few nodes
+    answer; the iterator raises RangeIncomplete when too few are left mid-stream."""
     opened = await asyncio.gather(
-        *(peer.open_scan(start, end) for peer in peers), return_exceptions=True
+        *(replica.open_scan(start, end) for replica in replicas), return_exceptions=True
     )
-    self_url, local_source = local
-    sources: dict[str, RecordSource] = {self_url: local_source}
-    for peer, result in zip(peers, opened, strict=True):
+    sources: dict[str, RecordSource] = {}
+    for replica, result in zip(replicas, opened, strict=True):
         if isinstance(result, PeerError):
             log.info("range: a source is missing: %s", result)
         elif isinstance(result, BaseException):
             raise result
         else:
-            sources[peer.url] = result
+            sources[replica.url] = result
     if (shortfall := topology.range_shortfall(sources)) is not None:
         for source in sources.values():
             await source.aclose()
         raise NotEnoughSources(f"answered: {shortfall}")
     return merge_newest(sources, topology, wall_ms())
-
-
-async def local_range(
-    storage: Storage, start: bytes, end: bytes | None
-) -> AsyncGenerator[tuple[bytes, Record], None]:
-    """This node's own source: its stored records in [start, end), tombstones included."""
-    for count, item in enumerate(storage.scan(start, end), start=1):
-        yield item
-        if count % 1024 == 0:
-            await asyncio.sleep(0)  # let other requests in during a long local scan
 
 
 async def merge_newest(

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TypeVar
 
 from dht.config import NodeConfig
-from dht.coordination.cluster_range import local_range, open_cluster_range
+from dht.coordination.cluster_range import open_cluster_range
 from dht.coordination.outcome import Outcome, Status
 from dht.coordination.read_repair import ReadRepair, Repairer
 from dht.coordination.tally import Counters, Tally
@@ -60,7 +60,6 @@ class Coordinator:
         self._membership = membership
         # Client operations under way, by the membership epoch they started in.
         self._running: dict[int, int] = {}
-        self._peers = peers
         self._clock = clock
         self.counters = Counters()
         self._refusals = RateLimitedLog(log)
@@ -185,12 +184,7 @@ class Coordinator:
         few are left mid-stream."""
         topology = self._membership.topology  # the one the range is counted by throughout
         return await open_cluster_range(
-            start,
-            end,
-            (self._self_url, local_range(self._storage, start, end)),
-            list(self._peers.by_url.values()),
-            topology,
-            self._clock.wall_ms,
+            start, end, self._replicas.all(), topology, self._clock.wall_ms
         )
 
     # -- fan-out -----------------------------------------------------------------------

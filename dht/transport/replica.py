@@ -1,6 +1,6 @@
 """A replica of a key, on this node or another: the one interface the coordinator's
-fan-outs, write rounds, version learning and read repair call, so that each is one loop
-over replicas whatever their place.
+fan-outs, write rounds, version learning, read repair and cluster-wide range call, so
+that each is one loop over replicas whatever their place.
 
 A call answers with a future in both places. A peer's (`dht.transport.peers.Peer`)
 resolves when the channel answers or the deadline comes; this node's own
@@ -17,6 +17,7 @@ caller says what a refusal for space meant (a client's write, a read repair skip
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol, TypeVar
 
 from dht.model.record import Record
@@ -30,6 +31,16 @@ T = TypeVar("T")
 NO_SPACE = (ReplicaFull, DiskFull)
 # Every way a replica call fails that is not a bug of this node's.
 REPLICA_FAILURES = (PeerError, DiskFull)
+
+
+class RecordSource(Protocol):
+    """One node's local range: sorted (key, record) pairs, closed when no longer read."""
+
+    def __aiter__(self) -> AsyncIterator[tuple[bytes, Record]]: ...
+
+    async def __anext__(self) -> tuple[bytes, Record]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Replica(Protocol):
@@ -51,6 +62,10 @@ class Replica(Protocol):
 
     def put(self, key: bytes, record: Record) -> asyncio.Future[bool]:
         """Whether the replica stored `record` (False: it held a newer one already)."""
+
+    async def open_scan(self, start: bytes, end: bytes | None) -> RecordSource:
+        """The replica's records in [start, end), tombstones included (a peer's raises
+        PeerError when it does not answer in time)."""
 
 
 class SelfReplica:
@@ -84,6 +99,19 @@ class SelfReplica:
             return stored
         return _done(stored)
 
+    async def open_scan(self, start: bytes, end: bytes | None) -> RecordSource:
+        return _local_range(self._storage, start, end)
+
+
+async def _local_range(
+    storage: Storage, start: bytes, end: bytes | None
+) -> AsyncGenerator[tuple[bytes, Record], None]:
+    """This node's stored records in [start, end), tombstones included."""
+    for count, item in enumerate(storage.scan(start, end), start=1):
+        yield item
+        if count % 1024 == 0:
+            await asyncio.sleep(0)  # let other requests in during a long local scan
+
 
 class Replicas:
     """This node's replica and its peers', by URL: the one place that tells them apart."""
@@ -104,6 +132,10 @@ class Replicas:
         if replica is None:
             raise KeyError(url)
         return replica
+
+    def all(self) -> list[Replica]:
+        """This node's replica, then every peer's."""
+        return [self.here, *self._peers.by_url.values()]
 
 
 def _done(value: T) -> asyncio.Future[T]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from dht.coordination.cluster_range import RangeIncomplete, RecordSource, merge_newest
+from dht.coordination.cluster_range import RangeIncomplete, merge_newest
 from dht.model.record import Record
 from dht.model.ring import Ring
 from dht.model.topology import Topology
 from dht.transport.peers import PeerError
+from dht.transport.replica import RecordSource
 
 NODES = [f"http://127.0.0.1:{8080 + index}" for index in range(5)]
 SHRINK = Topology(Ring(NODES, 16), Ring(NODES[2:], 16))  # joint(5 nodes -> the last 3)
