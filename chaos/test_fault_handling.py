@@ -295,6 +295,9 @@ class InFlightSampler:
 
 
 @rule("7.6")
+# A refusal's time, as 200 client threads measure it, is the machine's as much as the
+# node's: in ci20, beside four workers and two simulator processes, one took 1.6 s.
+@pytest.mark.alone
 def test_overload_burst_gets_fast_503s_and_the_node_recovers(
     start_chaos_cluster: ChaosClusterFactory,
 ) -> None:
