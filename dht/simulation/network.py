@@ -133,10 +133,16 @@ class Network:
         return count
 
     async def connect(
-        self, src: str, port: int, factory: Callable[[], asyncio.Protocol]
+        self,
+        src: str,
+        port: int,
+        factory: Callable[[], asyncio.Protocol],
+        accept: Callable[[Any], asyncio.Protocol] | None = None,
     ) -> tuple[SimTransport, asyncio.Protocol]:
         """A TCP connection from the running incarnation `src` to whoever listens on
-        `port`: the handshake crosses both ways; refused if no one listens."""
+        `port`: the handshake crosses both ways; refused if no one listens. `accept`
+        makes the listener's protocol from its node (by default the replica channel's
+        server end; a node's shared port tells them apart by the first byte)."""
         dst = self.names.get(port)
         if dst is None:
             raise ConnectionRefusedError(f"nothing at port {port}")
@@ -151,7 +157,8 @@ class Network:
         client = SimTransport(self, src, dst, client_owner)
         server = SimTransport(self, dst, src, server_owner)
         client.peer, server.peer = server, client
-        server_protocol = server_owner.context().run(server_node.channel_protocol)
+        make = accept or (lambda node: node.channel_protocol())
+        server_protocol = server_owner.context().run(make, server_node)
         client_protocol = factory()
         client.protocol, server.protocol = client_protocol, server_protocol
         self._transports += [client, server]

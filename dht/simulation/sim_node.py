@@ -15,9 +15,10 @@ HTTP requests, each answered by the code behind its route (`SimPeer`): the
 anti-entropy exchange (`AntiEntropy.answer`) and the membership step with the clock
 header (what `MembershipApi.show` answers); and the operator's requests a change's
 driver sends (`admin`: `MembershipApi`'s GET and PUT of the step, the membership part
-of `/v0/status`). The HTTP edge is not run: a client's
-request reaches `Coordinator` as `ClientApi` would call it, refused while fenced as
-`HttpServer` refuses it.
+of `/v0/status`). A client's request runs the node's HTTP edge
+(`dht.simulation.http_client`): its lean HTTP path, `HttpServer` (the in-flight bound,
+the fence) and `ClientApi`, as bytes over the simulated network; only a request the
+lean path hands to aiohttp would not run, and the simulator's clients send none.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import random
 from pathlib import Path
 from typing import Any, cast
 
-from dht.config import NodeConfig
-from dht.coordination.outcome import Outcome
+from aiohttp.web_protocol import RequestHandler
+
+from dht.config import NodeConfig, request_line_limit
 from dht.limits import MESSAGE_OVERHEAD
 from dht.membership.api import MembershipApi
 from dht.model.clock import HybridClock, version_ms
 from dht.model.log_limits import RateLimitedLog
 from dht.model.machine import Machine
-from dht.model.replicas import BadReplicas, ReplicaCount, parse_replicas
 from dht.model.topology import STABLE, TopologyState
 from dht.node import ReplicaParts
 from dht.replication.fence import FenceWatch
@@ -53,7 +54,10 @@ from dht.transport.channel_server import ServerConnection
 from dht.transport.handshakes import Handshakes
 from dht.transport.peers import Peer, Peers
 from dht.transport.wire import CLOCK_HEADER, EXCHANGE_PATH, TOPOLOGY_PATH
-from dht.web.client_api import STATUS_CODES
+from dht.web.admission import BodyPace, ByteBudget
+from dht.web.client_api import ClientApi
+from dht.web.lean_http import LeanConnection, LeanHttp
+from dht.web.server import HttpServer
 
 _log = logging.getLogger(__name__)
 
@@ -187,7 +191,6 @@ class SimNode:
         self.incarnations = 0
         self.incarnation: Incarnation | None = None
         self.clock_offset = 0.0
-        self.fenced: str | None = None
         self.exchanges = ExchangeAnswers()  # no process yet: no one answers
         self.last_version = 0  # the newest version it issued, in any incarnation
         # How far the versions it issued were from true time, in seconds (the least and
@@ -261,13 +264,25 @@ class SimNode:
             parts.steps,
         )
         self.admin_api = MembershipApi(self.membership, self.steps, _body_of, self.clock.wall_ms)
-        self.fenced = None
+        pace = BodyPace(config.min_body_rate)
+        budget = ByteBudget(config.max_in_flight_bytes)
+        client = ClientApi(self.coordinator, config, budget, pace, _no_status)
+        self.http = HttpServer(client.routes(), config.max_in_flight, None, machine)
+        self.lean = LeanHttp(
+            self.http.whole_body_routes(),
+            self.http.serve_whole_body,
+            _no_fallback,
+            request_line_limit(config.max_key_bytes),
+            pace,
+            config.max_value_bytes,
+            machine,
+        )
         self.fence = FenceWatch(
             config.self_url,
             config.data_dir,
             self.membership,
             self.peers,
-            self._fence,
+            self.http.fence,
             self.clock.wall_ms,
             config.max_clock_drift_ms,
             config.timeout,
@@ -320,9 +335,6 @@ class SimNode:
             return 200, json.dumps(status).encode()
         return 404, b"Not Found"
 
-    def _fence(self, reason: str | None) -> None:
-        self.fenced = reason
-
     async def _serve(self) -> None:
         """What `Node.run` does before it serves: the fence's first look, then the
         listener and the background loops."""
@@ -330,11 +342,17 @@ class SimNode:
         if self.fence.fenced is None:
             await self.fence.first_check()
         self.network.listen(self.config.port, self.name, self.incarnation, self)
+        self.lean.start()
         self.hint_delivery.start()
         self.repair_loops.start()
         self.rebalance.start()
         if self.fence.fenced is None:
             self.fence.start()
+
+    def http_protocol(self) -> LeanConnection:
+        """The server end of a client's HTTP connection (what `SharedPortSite` gives a
+        connection whose first byte is not 0x00)."""
+        return self.lean()
 
     def channel_protocol(self) -> ServerConnection:
         """The server end of a replica channel connection (what `SharedPortSite` gives a
@@ -358,25 +376,14 @@ class SimNode:
         self.network.crashed(incarnation)
         self.disk.crash()
 
-    async def serve(
-        self, kind: str, key: bytes, value: bytes | None, replicas_text: str | None = None
-    ) -> tuple[int, bytes | None]:
-        """One client request, as the HTTP edge would run it: (status, body)."""
-        if self.fenced is not None:
-            return 503, None
-        replicas: ReplicaCount | None = None
-        if replicas_text is not None:
-            try:
-                replicas = parse_replicas(replicas_text, self.coordinator.cluster_size)
-            except BadReplicas:  # `F` past the ring this node is at (SPEC 13.3)
-                return 400, None
-        outcome: Outcome
-        if kind == "GET":
-            outcome = await self.coordinator.get(key, replicas)
-        elif kind == "PUT":
-            assert value is not None
-            outcome = await self.coordinator.put(key, value, replicas)
-        else:
-            outcome = await self.coordinator.delete(key, replicas)
-        status = STATUS_CODES[outcome.status]
-        return status, outcome.value if status == 200 else None
+
+def _no_status() -> dict[str, Any]:
+    """/v0/status, which no simulated client asks for (the driver's part of it is
+    `SimNode.admin`'s)."""
+    return {}
+
+
+def _no_fallback() -> RequestHandler:
+    """aiohttp's protocol, for a request the lean path does not take: the simulator's
+    clients send none, so this is a bug of the simulator's or the lean path's."""
+    raise AssertionError("a simulated client's request was handed to aiohttp")

@@ -11,6 +11,7 @@ import random
 from collections.abc import Sequence
 
 from dht.history.operation import Kind, Op
+from dht.simulation.http_client import http_request
 from dht.simulation.network import Network, Trace
 from dht.simulation.quorums import Replicas
 from dht.simulation.sim_node import SimNode
@@ -93,12 +94,17 @@ class Client:
         body: bytes | None = None
         sent_value = value
 
-        async def serve(target: SimNode) -> tuple[int, bytes | None]:
-            return await target.serve(kind.value, key.encode(), sent_value, replicas)
-
         try:
             async with asyncio.timeout(CLIENT_DEADLINE):
-                status, body = await self._network.request(self.name, node.config.port, serve)
+                status, body = await http_request(
+                    self._network,
+                    self.name,
+                    node.config.port,
+                    kind.value,
+                    key.encode(),
+                    sent_value,
+                    replicas,
+                )
         except (TimeoutError, OSError):
             status = None
         completed = None if status is None else loop.time()

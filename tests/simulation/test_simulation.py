@@ -145,11 +145,15 @@ IDLE_KEYS = dataclasses.replace(DEFAULTS, write_once=True)
         # Tombstones judged by their version's time: a node restarted with its clock
         # minutes ahead (fenced, a replica still) takes every tombstone minutes after
         # its version and collects it before exchanges with the others carried it,
-        # and a read through a replica that missed the delete meets no tombstone.
+        # and a read through a replica that missed the delete meets no tombstone. With
+        # that fault alone it strikes early in the run (7 of seeds 1..20 find it; the
+        # same seeds pass without the defect); after every other kind of fault, as
+        # this test drew it first, 2 of 1..40 did, and 1 once the clients' requests
+        # went through the HTTP edge.
         (
             "tombstone-by-version-time",
             4,
-            dataclasses.replace(IDLE_KEYS, fault_kinds=(*KINDS, "restart-skewed")),
+            dataclasses.replace(IDLE_KEYS, fault_kinds=("restart-skewed",)),
         ),
     ],
 )
