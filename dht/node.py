@@ -130,6 +130,7 @@ class Node:
             config.durability,
             wall_ms,
             changes=digest_changes,
+            monotonic=machine.monotonic,
         )
         self.clock = HybridClock(
             wall_ms,

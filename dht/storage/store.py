@@ -185,6 +185,7 @@ class Storage:
         writer: Executor | None = None,
         disk: DiskSpace | None = None,
         changes: DigestChanges | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """`db`, `writer` and `disk` are for a caller that supplies the medium itself (the
         simulator, `dht.simulation`): an open database with plyvel's interface, the
@@ -193,14 +194,15 @@ class Storage:
 
         `changes` hears of every change to the digest index once it is on the disk: the
         node's repair loops attach their trees to it. Without it, no one is told (a
-        tool or a test that keeps no trees)."""
+        tool or a test that keeps no trees). `monotonic` times how long the volume's
+        free space measured stays believed."""
         self._changes = DigestChanges() if changes is None else changes
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
         self._db = open_leveldb(data_dir) if db is None else db
         self._ceiling = CeilingFile(data_dir / CEILING_FILE)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self._nonces = self._db.prefixed_db(NONCES_PREFIX)
-        self.disk = DiskSpace(data_dir, disk_reserve) if disk is None else disk
+        self.disk = DiskSpace(data_dir, disk_reserve, clock=monotonic) if disk is None else disk
         self.durability = durability
         self._sync = durability != "none"  # on the loop: "each"; in batches: "group" too
         self._queue_all = durability == "group"
