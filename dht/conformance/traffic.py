@@ -14,8 +14,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dht.conformance.http_client import entity_url, request, wait_for
 from dht.conformance.launcher import Node
@@ -73,17 +74,21 @@ def attempt(
 
 
 class Clients:
-    """`count` client threads sending operations until `stop` is called."""
+    """`count` client threads sending operations until `stop` is called. `send` sends
+    one to a node of `nodes` and records it: `attempt` for nodes of the course API, an
+    adapter's for another store's members (`dht.conformance.adapters`)."""
 
     def __init__(
         self,
-        nodes: Sequence[Node],
+        nodes: Sequence[Any],
         keys: Sequence[str],
         count: int,
         seed: int,
         timeout: float = 1.0,
         mix: Mix = Mix(),
+        send: Callable[..., Op] = attempt,
     ) -> None:
+        self._send = send
         self._nodes = list(nodes)
         self._keys = list(keys)
         self._seed = seed
@@ -126,10 +131,10 @@ class Clients:
                 ttl = None
                 if rng.random() < self._mix.expiring:
                     ttl = rng.randint(*self._mix.ttl_seconds)
-                history.append(attempt(node, Kind.PUT, key, value, self._timeout, ttl, name))
+                history.append(self._send(node, Kind.PUT, key, value, self._timeout, ttl, name))
             elif draw < self._mix.put + self._mix.delete:
                 history.append(
-                    attempt(
+                    self._send(
                         node,
                         Kind.DELETE,
                         key,
@@ -141,7 +146,7 @@ class Clients:
                     )
                 )
             else:
-                history.append(attempt(node, Kind.GET, key, None, self._timeout, None, name))
+                history.append(self._send(node, Kind.GET, key, None, self._timeout, None, name))
             if history[-1].status is None:
                 # A dead node refuses at once: without a pause, a client would spin on
                 # it, thousands of failed operations a second that say nothing more.

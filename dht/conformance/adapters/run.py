@@ -1,0 +1,192 @@
+"""One graded run of an adapter's store: concurrent clients on a few keys, a seeded
+nemesis that kills and restarts or pauses and resumes one member at a time, then, with
+every member back, a final read of each key; the history judged by the history checker
+(acknowledged writes lost, reads stale, values from nowhere) and, where the store
+promises it, by the linearizability checker.
+
+The run is the kit's for a store it does not know: the same clients (`traffic.Clients`),
+the same checkers, the verdicts in the course API's terms. A seed fixes the clients'
+draws and the nemesis's schedule; the timing of real processes does the rest.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from dht.conformance.traffic import Clients, Mix, key_space
+from dht.history.checker import CLOCK_SLACK, check
+from dht.history.linearizability import LinearizabilityReport, check_linearizable
+from dht.history.operation import Kind, Op
+from dht.history.verdict import Report
+
+CLIENTS = 5
+KEYS = 3
+CLIENT_TIMEOUT = 2.0
+# Every operation is a PUT, DELETE or GET of the course API; no expiring PUTs (a store
+# may have no per-key time to live).
+MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
+# A fault lasts this long, and the store has this long between two (seconds).
+FAULT_FOR = (1.0, 3.0)
+BETWEEN_FAULTS = (0.5, 2.0)
+# How long the final read of a key retries while the store has no answer (a leader
+# still being elected after the last fault).
+FINAL_DEADLINE = 20.0
+
+
+class Store(Protocol):
+    """What an adapter gives the run (`dht.conformance.adapters.etcd.EtcdCluster`)."""
+
+    name: str
+    promise: str  # "linearizable", or what else it promises
+
+    @property
+    def members(self) -> Sequence[object]:
+        """Its members: only their number is read."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def kill(self, index: int) -> None: ...
+
+    def restart(self, index: int) -> None: ...
+
+    def pause(self, index: int) -> None: ...
+
+    def resume(self, index: int) -> None: ...
+
+    def attempt(
+        self, index: int, kind: Kind, key: str, value: bytes | None, timeout: float, name: str
+    ) -> Op: ...
+
+
+@dataclass
+class AdapterRun:
+    store: str
+    promise: str
+    seed: int
+    seconds: float
+    history: list[Op]
+    faults: list[str] = field(default_factory=list)
+    report: Report | None = None
+    linearizability: LinearizabilityReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The history checker passed it, and so did the linearizability checker where
+        the store promises linearizability."""
+        if self.report is None or not self.report.ok:
+            return False
+        if self.promise != "linearizable":
+            return True
+        return self.linearizability is not None and self.linearizability.ok
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.store} (promises: {self.promise}), seed {self.seed}, {self.seconds:g} s, "
+            f"{len(self.faults)} faults: {'PASS' if self.ok else 'FAIL'}",
+        ]
+        if self.report is not None:
+            lines.append(f"  history: {self.report.summary()}")
+        if self.linearizability is not None:
+            lines.append(f"  linearizability: {self.linearizability.line()}")
+        return "\n".join(lines)
+
+    def details(self) -> str:
+        parts = []
+        if self.report is not None and not self.report.ok:
+            parts.append(self.report.details())
+        if self.linearizability is not None and not self.linearizability.ok:
+            parts.append(self.linearizability.details())
+        return "\n".join(parts)
+
+
+def run_store(store: Store, seconds: float, seed: int) -> AdapterRun:
+    """Starts `store`, runs the clients and the nemesis for `seconds`, heals, reads every
+    key, stops the store and judges the history."""
+    keys = key_space(KEYS)
+    members = list(range(len(store.members)))
+    run = AdapterRun(store.name, store.promise, seed, seconds, [])
+    store.start()
+    try:
+
+        def send(index: int, kind: Kind, key: str, value: bytes | None, timeout: float,
+                 ttl: int | None = None, node_name: str | None = None,
+                 replicas: str | None = None) -> Op:  # fmt: skip
+            return store.attempt(index, kind, key, value, timeout, node_name or f"m{index}")
+
+        clients = Clients(members, keys, CLIENTS, seed, CLIENT_TIMEOUT, MIX, send).start()
+        started = time.monotonic()
+        _nemesis(store, random.Random(seed), started + seconds, run.faults, started)
+        history = clients.stop()
+        final, reads = _final_reads(store, keys)
+        run.history = history + reads
+    finally:
+        store.stop()
+    run.report = check(run.history, final, CLOCK_SLACK)
+    run.linearizability = check_linearizable(run.history)
+    return run
+
+
+def _nemesis(store: Store, rng: random.Random, until: float, faults: list[str], t0: float) -> None:
+    """One fault at a time on one member, each healed before the next: kill -9 then a
+    restart on its data, or a pause (SIGSTOP) then a resume."""
+    stop = threading.Event()
+    while time.monotonic() < until:
+        stop.wait(rng.uniform(*BETWEEN_FAULTS))
+        if time.monotonic() >= until:
+            break
+        index = rng.randrange(len(store.members))
+        lasting = rng.uniform(*FAULT_FOR)
+        at = time.monotonic() - t0
+        if rng.random() < 0.5:
+            faults.append(f"{at:.1f} s: kill -9 m{index}, restarted {lasting:.1f} s later")
+            store.kill(index)
+            stop.wait(lasting)
+            store.restart(index)
+        else:
+            faults.append(f"{at:.1f} s: pause m{index} for {lasting:.1f} s")
+            store.pause(index)
+            stop.wait(lasting)
+            store.resume(index)
+
+
+def _final_reads(store: Store, keys: list[str]) -> tuple[dict[str, bytes | None], list[Op]]:
+    """Each key's value once every member is back, read through member 0 until it
+    answers: the final state, and the reads as ops of the history."""
+    final: dict[str, bytes | None] = {}
+    reads = []
+    for key in keys:
+        deadline = time.monotonic() + FINAL_DEADLINE
+        while True:
+            op = store.attempt(0, Kind.GET, key, None, CLIENT_TIMEOUT, "m0")
+            if op.status in (200, 404):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{store.name}: no final read of {key} in {FINAL_DEADLINE} s")
+            time.sleep(0.2)
+        final[key] = op.value
+        reads.append(op)
+    return final, reads
+
+
+# The stores there is an adapter for, and what each is.
+ADAPTERS = {
+    "etcd": "etcd 3.4, 3 members, reads linearizable (etcd's default)",
+    "etcd-serializable": "the same, reads serializable: answered by the member asked, "
+    "from what it has applied (etcd documents them as possibly stale)",
+}
+
+
+def store_named(name: str, folder: Path) -> Store:
+    from dht.conformance.adapters.etcd import EtcdCluster
+
+    if name not in ADAPTERS:
+        raise ValueError(f"no adapter named {name!r} (there are: {', '.join(ADAPTERS)})")
+    return EtcdCluster(folder, serializable=name == "etcd-serializable")
