@@ -113,8 +113,13 @@ class FakePeers(dict[str, Replica]):
 
 
 def coordinator(
-    replicas: list[Replica], clock: HybridClock | None = None, ack: int = 2
+    replicas: list[Replica],
+    clock: HybridClock | None = None,
+    ack: int = 2,
+    peers: FakePeers | None = None,
 ) -> Coordinator:
+    """`peers`: the peers it is given, when the test acts on them (by default, one for
+    each of `replicas`)."""
     urls = [replica.url for replica in replicas]
     topology = SimpleNamespace(
         quorums=lambda key, count: [(urls, ack)],
@@ -123,7 +128,7 @@ def coordinator(
         targets=lambda key, copies: urls,
     )
     membership = SimpleNamespace(state=SimpleNamespace(epoch=1), topology=topology)
-    peers = FakePeers({replica.url: replica for replica in replicas})
+    peers = peers or FakePeers({replica.url: replica for replica in replicas})
     config = SimpleNamespace(self_url=SELF)
     hints = SimpleNamespace(add=lambda *args: None)
     clock = clock or HybridClock(lambda: WALL_MS)
@@ -190,8 +195,8 @@ async def test_a_replica_retired_between_two_rounds_fails_that_replica_not_the_r
     ahead = Record.live(version_at(WALL_MS + 30_000), b"earlier", 0, 3)
     a, b, c = replicas(A, ahead), replicas(B), replicas(C)
     c.hold = True  # the leaving node answers late
-    made = coordinator([a, b, c])
-    peers = made._peers
+    peers = FakePeers({replica.url: replica for replica in (a, b, c)})
+    made = coordinator([a, b, c], peers=peers)
     a.hold = True
     write = asyncio.ensure_future(made.put(KEY, b"later", None))
     for _ in range(5):
