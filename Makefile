@@ -20,7 +20,7 @@ VEGETA_VERSION := v12.13.0
 VEGETA := .tools/bin/vegeta
 CHECKED := $(wildcard dht tests chaos locustfiles bench deploy)
 
-.PHONY: run test lint unit simulation spec chaos chaos-tls bench-tools wrk etcd browser fuse faketime lock clean \
+.PHONY: run test lint unit simulation spec chaos chaos-tls bench-tools wrk stores browser fuse faketime lock clean \
 	image image-base image-test podman compose-tls
 
 run: $(STAMP)
@@ -35,7 +35,7 @@ run: $(STAMP)
 WORKERS ?= 4
 PARALLEL := -n $(WORKERS) --dist loadgroup
 
-test: $(STAMP) $(TOXIPROXY) wrk etcd browser fuse faketime podman lint
+test: $(STAMP) $(TOXIPROXY) wrk stores browser fuse faketime podman lint
 	DHT_IMAGE_TESTS=1 $(PY) -m pytest $(PARALLEL) -m "not alone" --durations=30
 	DHT_TLS=1 $(PY) -m pytest $(PARALLEL) -m "not alone" $(TLS_PASS)
 	$(PY) -m pytest -m alone
@@ -101,12 +101,14 @@ wrk:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || \
 		{ echo "wrk not found: sudo apt-get install wrk" >&2; exit 1; }
 
-# etcd, a store whose verdicts are known, graded by the kit's adapter
-# (dht/conformance/adapters, tests/conformance/test_adapters.py): Debian's etcd-server.
-etcd:
-	@command -v etcd >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; } || \
-		echo "etcd not found, the adapter tests will skip: sudo apt-get install etcd-server" >&2
+# Stores whose verdicts are known, graded by the kit's adapters (dht/conformance/adapters,
+# tests/conformance/test_adapters.py): Debian's etcd-server, redis-server, redis-sentinel.
+stores:
+	@{ command -v etcd && command -v redis-server && command -v redis-sentinel; } >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq etcd-server redis-server redis-sentinel >/dev/null; } || \
+		echo "etcd or redis not found, the adapter tests will skip:" \
+			"sudo apt-get install etcd-server redis-server redis-sentinel" >&2
 
 # The cockpit's browser test (tests/cockpit) drives Debian's headless Chromium. Where it
 # is missing, root installs it; anyone else gets one line saying how, and the test skips

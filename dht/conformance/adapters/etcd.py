@@ -92,6 +92,17 @@ class EtcdMember:
                 raise RuntimeError(f"etcd {self.name} not healthy in time: see {self.folder}.log")
             time.sleep(0.1)
 
+    def member_id(self, timeout: float) -> str | None:
+        """Its id in the cluster, as its own status answers (None: it does not)."""
+        try:
+            answer = request("POST", f"{self.client_url}/v3/maintenance/status", b"{}", timeout)
+        except OSError:
+            return None
+        if answer.status != 200:
+            return None
+        member_id: str | None = json.loads(answer.body).get("header", {}).get("member_id")
+        return member_id
+
     def signal(self, signum: signal.Signals) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signum)
@@ -133,6 +144,23 @@ class EtcdCluster:
             member.kill()
 
     # -- the nemesis's controls ---------------------------------------------------------
+
+    def leader(self) -> int | None:
+        """The member Raft elected, as the first member that answers says."""
+        for member in self.members:
+            try:
+                answer = request("POST", f"{member.client_url}/v3/maintenance/status", b"{}", 1.0)
+            except OSError:
+                continue
+            if answer.status != 200:
+                continue
+            status = json.loads(answer.body)
+            leader = status.get("leader")
+            for index, other in enumerate(self.members):
+                if other.member_id(1.0) == leader:
+                    return index
+            return None
+        return None
 
     def kill(self, index: int) -> None:
         self.members[index].kill()

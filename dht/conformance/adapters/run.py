@@ -27,7 +27,7 @@ from dht.history.verdict import Report
 
 CLIENTS = 5
 KEYS = 3
-CLIENT_TIMEOUT = 2.0
+CLIENT_TIMEOUT = 5.0
 # Every operation is a PUT, DELETE or GET of the course API; no expiring PUTs (a store
 # may have no per-key time to live).
 MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
@@ -52,6 +52,9 @@ class Store(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
+
+    def leader(self) -> int | None:
+        """The member that leads now (etcd's Raft leader, Redis's primary), if known."""
 
     def kill(self, index: int) -> None: ...
 
@@ -107,9 +110,10 @@ class AdapterRun:
         return "\n".join(parts)
 
 
-def run_store(store: Store, seconds: float, seed: int) -> AdapterRun:
+def run_store(store: Store, seconds: float, seed: int, at_leader: bool = False) -> AdapterRun:
     """Starts `store`, runs the clients and the nemesis for `seconds`, heals, reads every
-    key, stops the store and judges the history."""
+    key, stops the store and judges the history. `at_leader`: every fault strikes the
+    member that leads then, rather than one drawn at random."""
     keys = key_space(KEYS)
     members = list(range(len(store.members)))
     run = AdapterRun(store.name, store.promise, seed, seconds, [])
@@ -123,7 +127,7 @@ def run_store(store: Store, seconds: float, seed: int) -> AdapterRun:
 
         clients = Clients(members, keys, CLIENTS, seed, CLIENT_TIMEOUT, MIX, send).start()
         started = time.monotonic()
-        _nemesis(store, random.Random(seed), started + seconds, run.faults, started)
+        _nemesis(store, random.Random(seed), started + seconds, run.faults, at_leader)
         history = clients.stop()
         final, reads = _final_reads(store, keys)
         run.history = history + reads
@@ -134,24 +138,30 @@ def run_store(store: Store, seconds: float, seed: int) -> AdapterRun:
     return run
 
 
-def _nemesis(store: Store, rng: random.Random, until: float, faults: list[str], t0: float) -> None:
+def _nemesis(
+    store: Store, rng: random.Random, until: float, faults: list[str], at_leader: bool
+) -> None:
     """One fault at a time on one member, each healed before the next: kill -9 then a
     restart on its data, or a pause (SIGSTOP) then a resume."""
     stop = threading.Event()
+    t0 = time.monotonic()
     while time.monotonic() < until:
         stop.wait(rng.uniform(*BETWEEN_FAULTS))
         if time.monotonic() >= until:
             break
-        index = rng.randrange(len(store.members))
+        index = rng.randrange(len(store.members))  # drawn always: the schedule stays
+        leader = store.leader() if at_leader else None
+        index = index if leader is None else leader
         lasting = rng.uniform(*FAULT_FOR)
         at = time.monotonic() - t0
+        which = f"m{index}" + (" (the leader)" if leader is not None else "")
         if rng.random() < 0.5:
-            faults.append(f"{at:.1f} s: kill -9 m{index}, restarted {lasting:.1f} s later")
+            faults.append(f"{at:.1f} s: kill -9 {which}, restarted {lasting:.1f} s later")
             store.kill(index)
             stop.wait(lasting)
             store.restart(index)
         else:
-            faults.append(f"{at:.1f} s: pause m{index} for {lasting:.1f} s")
+            faults.append(f"{at:.1f} s: pause {which} for {lasting:.1f} s")
             store.pause(index)
             stop.wait(lasting)
             store.resume(index)
@@ -181,12 +191,17 @@ ADAPTERS = {
     "etcd": "etcd 3.4, 3 members, reads linearizable (etcd's default)",
     "etcd-serializable": "the same, reads serializable: answered by the member asked, "
     "from what it has applied (etcd documents them as possibly stale)",
+    "redis": "Redis 7.0, a primary, 2 asynchronous replicas and 3 sentinels that fail over",
+    "redis-wait": "the same, every write followed by WAIT 1 (a replica has it)",
 }
 
 
 def store_named(name: str, folder: Path) -> Store:
     from dht.conformance.adapters.etcd import EtcdCluster
+    from dht.conformance.adapters.redis import RedisCluster
 
     if name not in ADAPTERS:
         raise ValueError(f"no adapter named {name!r} (there are: {', '.join(ADAPTERS)})")
+    if name.startswith("redis"):
+        return RedisCluster(folder, wait=name == "redis-wait")
     return EtcdCluster(folder, serializable=name == "etcd-serializable")

@@ -1,0 +1,279 @@
+"""Redis as a store the kit grades: Debian's `redis-server` 7.0, one primary and two
+replicas, with three `redis-sentinel`s that fail over when the primary goes silent.
+
+What Redis says of it: replication is asynchronous, so a write the primary
+acknowledged may be lost at a failover (a replica promoted before it received the
+write), and a primary cut off or paused keeps taking writes until it learns it was
+replaced, and then drops them ("Redis Sentinel ... cannot guarantee that acknowledged
+writes are retained during failures"; `WAIT` "does not make Redis a strongly consistent
+store"). So the kit must find acknowledged writes lost.
+
+The clients do what a Sentinel-aware client does: they send every operation to the
+primary they know, and ask a sentinel (the one of the member they were given) for the
+primary again after an error or a silence. Each answer is recorded in the course API's
+terms: SET answered OK is a PUT answered 201, DEL a DELETE answered 202, GET a 200 or
+404; an error reply (READONLY from a demoted primary, a WAIT that found no replica) is
+a 503; no answer is none. Every member appends each write to its own file and fsyncs
+it once a second (`appendonly yes`, Redis's default `appendfsync everysec`).
+
+`wait`: each SET and DEL is followed by `WAIT 1`, and acknowledged only once a replica
+has it; Redis still does not promise it survives a failover.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from dht.history.operation import Kind, Op
+from dht.testbed.toxiproxy import free_ports
+
+MASTER = "dht"
+START_DEADLINE = 20.0
+# Sentinel's timing: the primary is down for a sentinel after 0.5 s of silence, a quorum
+# of 2 sentinels agreeing starts a failover.
+DOWN_AFTER_MS = 500
+FAILOVER_TIMEOUT_MS = 3000
+WAIT_MS = 500  # how long `WAIT 1` waits for a replica
+
+
+def redis_binaries() -> tuple[str, str] | None:
+    server, sentinel = shutil.which("redis-server"), shutil.which("redis-sentinel")
+    return (server, sentinel) if server and sentinel else None
+
+
+class RedisError(Exception):
+    """An error reply (`-READONLY ...`, `-NOREPLICAS ...`)."""
+
+
+def _command(*parts: bytes) -> bytes:
+    encoded = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+    return b"*%d\r\n" % len(parts) + encoded
+
+
+class _Reader:
+    """RESP replies read off one socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._file = sock.makefile("rb")
+
+    def reply(self) -> object:
+        line = self._file.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("the connection closed mid-reply")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RedisError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return None
+            data = self._file.read(size + 2)
+            if len(data) != size + 2:
+                raise ConnectionError("the connection closed mid-reply")
+            return data[:-2]
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self.reply() for _ in range(count)]
+        raise ConnectionError(f"not a RESP reply: {line[:40]!r}")
+
+
+def call(port: int, timeout: float, *commands: tuple[bytes, ...]) -> list[object]:
+    """Each of `commands` on one new connection to 127.0.0.1:`port`, their replies in
+    order. Raises OSError when nothing answers in time, RedisError for an error reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(b"".join(_command(*parts) for parts in commands))
+        reader = _Reader(sock)
+        return [reader.reply() for _ in commands]
+
+
+class RedisCluster:
+    """Three redis-servers (m0 the first primary) and a sentinel beside each."""
+
+    def __init__(self, folder: Path, wait: bool = False) -> None:
+        self.folder = folder
+        self.wait = wait
+        self.name = "redis-wait" if wait else "redis"
+        self.promise = "acknowledged writes kept on the primary; replicas asynchronous"
+        ports = free_ports(6)
+        self.ports, self.sentinel_ports = ports[:3], ports[3:]
+        self.members = [f"m{index}" for index in range(3)]
+        self._servers: list[subprocess.Popen[bytes] | None] = [None, None, None]
+        self._sentinels: list[subprocess.Popen[bytes]] = []
+        self._primary: int | None = None  # the port the clients send to, as last learnt
+        self._lock = threading.Lock()
+
+    # -- processes ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        binaries = redis_binaries()
+        if binaries is None:
+            raise FileNotFoundError("redis not found: apt-get install redis-server redis-sentinel")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for index in range(3):
+            self._start_server(index)
+        deadline = time.monotonic() + START_DEADLINE
+        for port in self.ports:
+            self._wait_answering(port, deadline)
+        for index, port in enumerate(self.sentinel_ports):
+            conf = self.folder / f"sentinel{index}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.folder}\n"
+                f"sentinel monitor {MASTER} 127.0.0.1 {self.ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel parallel-syncs {MASTER} 1\n"
+            )
+            log = open(self.folder / f"sentinel{index}.log", "ab")
+            try:
+                self._sentinels.append(
+                    subprocess.Popen([binaries[1], str(conf)], stdout=log, stderr=subprocess.STDOUT)
+                )
+            finally:
+                log.close()
+        for port in self.sentinel_ports:
+            self._wait_answering(port, deadline)
+        self._wait_replicas_synced(deadline)
+
+    def _start_server(self, index: int) -> None:
+        binaries = redis_binaries()
+        assert binaries is not None
+        folder = self.folder / self.members[index]
+        folder.mkdir(parents=True, exist_ok=True)
+        flags = [
+            "--port", str(self.ports[index]), "--bind", "127.0.0.1", "--dir", str(folder),
+            "--appendonly", "yes", "--save", "", "--protected-mode", "no",
+            "--repl-diskless-sync-delay", "0",
+        ]  # fmt: skip
+        if index != 0:
+            flags += ["--replicaof", "127.0.0.1", str(self.ports[0])]
+        log = open(self.folder / f"{self.members[index]}.log", "ab")
+        try:
+            self._servers[index] = subprocess.Popen(
+                [binaries[0], *flags], stdout=log, stderr=subprocess.STDOUT
+            )
+        finally:
+            log.close()
+
+    def _wait_answering(self, port: int, deadline: float) -> None:
+        while True:
+            try:
+                if call(port, 1.0, (b"PING",)) == [b"PONG"]:
+                    return
+            except (OSError, RedisError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis on {port} did not answer: see {self.folder}")
+            time.sleep(0.05)
+
+    def _wait_replicas_synced(self, deadline: float) -> None:
+        while True:
+            info = call(self.ports[0], 1.0, (b"INFO", b"replication"))[0]
+            if isinstance(info, bytes) and info.count(b"state=online") == 2:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replicas did not sync: see {self.folder}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for process in [*self._servers, *self._sentinels]:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait()
+
+    # -- the nemesis's controls ---------------------------------------------------------
+
+    def leader(self) -> int | None:
+        """The member the sentinels name primary now."""
+        ask = (b"SENTINEL", b"get-master-addr-by-name", MASTER.encode())
+        for port in self.sentinel_ports:
+            try:
+                answer = call(port, 1.0, ask)[0]
+            except (OSError, RedisError):
+                continue
+            if isinstance(answer, list) and len(answer) == 2 and isinstance(answer[1], bytes):
+                named = int(answer[1])
+                return self.ports.index(named) if named in self.ports else None
+        return None
+
+    def kill(self, index: int) -> None:
+        process = self._servers[index]
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
+
+    def restart(self, index: int) -> None:
+        """On its data, with the flags it first had: a former primary comes back as a
+        primary, until the sentinels make it a replica of the one they promoted."""
+        self._start_server(index)
+
+    def pause(self, index: int) -> None:
+        process = self._servers[index]
+        if process is not None:
+            process.send_signal(signal.SIGSTOP)
+
+    def resume(self, index: int) -> None:
+        process = self._servers[index]
+        if process is not None:
+            process.send_signal(signal.SIGCONT)
+
+    # -- the clients' operations --------------------------------------------------------
+
+    def attempt(
+        self, index: int, kind: Kind, key: str, value: bytes | None, timeout: float, name: str
+    ) -> Op:
+        """One operation on the primary the clients know (after asking member `index`'s
+        sentinel when they know none), recorded in the course API's terms."""
+        invoked = time.monotonic()
+        try:
+            port = self._primary_port(index, timeout)
+            reply = call(port, timeout, *self._commands(kind, key, value))
+        except RedisError:
+            self._forget_primary()
+            return Op(kind, key, value, invoked, time.monotonic(), 503, node=name)
+        except OSError:
+            self._forget_primary()
+            return Op(kind, key, value, invoked, None, None, node=name)
+        completed = time.monotonic()
+        if kind is Kind.GET:
+            read = reply[0]
+            assert read is None or isinstance(read, bytes)
+            return Op(kind, key, read, invoked, completed, 404 if read is None else 200, node=name)
+        if self.wait and reply[-1] == 0:  # no replica had it within WAIT_MS
+            return Op(kind, key, value, invoked, completed, 503, node=name)
+        return Op(kind, key, value, invoked, completed, 201 if kind is Kind.PUT else 202, node=name)
+
+    def _commands(self, kind: Kind, key: str, value: bytes | None) -> list[tuple[bytes, ...]]:
+        if kind is Kind.GET:
+            return [(b"GET", key.encode())]
+        write = (b"SET", key.encode(), value or b"") if kind is Kind.PUT else (b"DEL", key.encode())
+        return [write, (b"WAIT", b"1", str(WAIT_MS).encode())] if self.wait else [write]
+
+    def _primary_port(self, index: int, timeout: float) -> int:
+        with self._lock:
+            if self._primary is not None:
+                return self._primary
+        ask = (b"SENTINEL", b"get-master-addr-by-name", MASTER.encode())
+        answer = call(self.sentinel_ports[index], timeout, ask)[0]
+        if not isinstance(answer, list) or len(answer) != 2:
+            raise ConnectionError(f"sentinel {index} named no primary: {answer!r}")
+        port = int(answer[1])
+        with self._lock:
+            self._primary = port
+        return port
+
+    def _forget_primary(self) -> None:
+        with self._lock:
+            self._primary = None
