@@ -15,7 +15,7 @@ import pytest
 from dht.conformance.adapters.__main__ import main
 from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
 from dht.conformance.adapters.redis import RedisCluster, redis_binaries
-from dht.conformance.adapters.run import run_store
+from dht.conformance.adapters.run import load_adapter, run_store
 from dht.history.linearizability import Verdict
 
 needs_etcd = pytest.mark.skipif(
@@ -73,3 +73,32 @@ def test_redis_failing_over_under_faults_at_its_primary_loses_acknowledged_write
     missed = [*run.report.stale_reads, *run.report.resurrected]
     assert missed, run.summary() + "\n" + run.details()
     assert "acknowledged" in str(missed[0]), missed[0]
+
+
+EXAMPLE = Path(__file__).parents[2] / "dht" / "conformance" / "adapters" / "example.py"
+
+
+def test_a_users_adapter_file_is_graded_like_the_kits_own(tmp_path: Path) -> None:
+    """The documented example: replicas written under one lock, read under it too, are
+    linearizable; the same with members that apply writes 20 ms late are not."""
+    locked = run_store(load_adapter(f"{EXAMPLE}:Locked", tmp_path / "locked"), 3.0, seed=1)
+    assert locked.ok, locked.summary() + "\n" + locked.details()
+    lagging = run_store(load_adapter(f"{EXAMPLE}:Lagging", tmp_path / "lagging"), 3.0, seed=1)
+    assert lagging.linearizability is not None
+    assert lagging.linearizability.verdict is Verdict.NOT_LINEARIZABLE, lagging.summary()
+    assert not lagging.ok
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("no-colon.py", "wants FILE.py:CLASS"),
+        ("/nowhere/adapter.py:Store", "no Python file at /nowhere/adapter.py"),
+        (f"{EXAMPLE}:Missing", "defines no Missing"),
+    ],
+)
+def test_a_wrong_adapter_is_refused_with_the_reason(
+    spec: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--adapter", spec, "--folder", str(tmp_path), "--seconds", "1"]) == 2
+    assert says in capsys.readouterr().err

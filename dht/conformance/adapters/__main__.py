@@ -8,7 +8,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from dht.conformance.adapters.run import ADAPTERS, run_store, store_named
+from dht.conformance.adapters.run import ADAPTERS, load_adapter, run_store, store_named
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         epilog="stores:\n" + "\n".join(f"  {name}: {what}" for name, what in ADAPTERS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("store", choices=sorted(ADAPTERS), help="the store to grade")
+    chosen = parser.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("store", nargs="?", choices=sorted(ADAPTERS), help="the store to grade")
+    chosen.add_argument(
+        "--adapter",
+        metavar="FILE.py:CLASS",
+        help="your own adapter instead (dht/conformance/adapters/example.py shows one)",
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="of faults (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="clients' and nemesis's (default 1)")
     parser.add_argument("--folder", type=Path, help="for the members' data and logs (kept)")
@@ -38,10 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be more than 0")
-    folder = args.folder or Path(tempfile.mkdtemp(prefix=f"dht-{args.store}-"))
+    folder = args.folder or Path(tempfile.mkdtemp(prefix=f"dht-{args.store or 'adapter'}-"))
     try:
-        run = run_store(store_named(args.store, folder), args.seconds, args.seed, args.at_leader)
-    except (OSError, RuntimeError) as error:
+        store = (
+            load_adapter(args.adapter, folder) if args.adapter else store_named(args.store, folder)
+        )
+        run = run_store(store, args.seconds, args.seed, args.at_leader)
+    except (OSError, RuntimeError, ValueError) as error:
         print(f"the run failed: {error}", file=sys.stderr)
         return 2
     print(run.summary())
@@ -50,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(run.details())
     print(f"members' data and logs: {folder}")
     again = " --at-leader" if args.at_leader else ""
-    print(f"rerun: python -m dht.conformance.adapters {args.store} --seconds {args.seconds:g} "
+    which = f"--adapter {args.adapter}" if args.adapter else args.store
+    print(f"rerun: python -m dht.conformance.adapters {which} --seconds {args.seconds:g} "
           f"--seed {args.seed}{again}")  # fmt: skip
     return 0 if run.ok else 1
 

@@ -11,6 +11,7 @@ draws and the nemesis's schedule; the timing of real processes does the rest.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import threading
 import time
@@ -40,7 +41,8 @@ FINAL_DEADLINE = 20.0
 
 
 class Store(Protocol):
-    """What an adapter gives the run (`dht.conformance.adapters.etcd.EtcdCluster`)."""
+    """What an adapter gives the run: `dht.conformance.adapters.example` says what each
+    part must do, and is one to copy; `etcd.EtcdCluster` and `redis.RedisCluster`."""
 
     name: str
     promise: str  # "linearizable", or what else it promises
@@ -194,6 +196,24 @@ ADAPTERS = {
     "redis": "Redis 7.0, a primary, 2 asynchronous replicas and 3 sentinels that fail over",
     "redis-wait": "the same, every write followed by WAIT 1 (a replica has it)",
 }
+
+
+def load_adapter(spec: str, folder: Path) -> Store:
+    """A user's adapter, `FILE.py:CLASS` (`dht.conformance.adapters.example` says what
+    it must have), made with `folder`."""
+    path, _, class_name = spec.rpartition(":")
+    if not path or not class_name:
+        raise ValueError(f"--adapter wants FILE.py:CLASS, got {spec!r}")
+    loaded = importlib.util.spec_from_file_location(f"dht_adapter_{Path(path).stem}", path)
+    if loaded is None or loaded.loader is None or not Path(path).is_file():
+        raise ValueError(f"--adapter: no Python file at {path}")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    made = getattr(module, class_name, None)
+    if made is None:
+        raise ValueError(f"--adapter: {path} defines no {class_name}")
+    store: Store = made(folder)
+    return store
 
 
 def store_named(name: str, folder: Path) -> Store:
