@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.adapters.__main__ import main
+from dht.conformance.adapters.course_api import CourseApiCluster
 from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
 from dht.conformance.adapters.redis import RedisCluster, redis_binaries
 from dht.conformance.adapters.run import load_adapter, run_store
@@ -102,3 +103,13 @@ def test_a_wrong_adapter_is_refused_with_the_reason(
 ) -> None:
     assert main(["--adapter", spec, "--folder", str(tmp_path), "--seconds", "1"]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_dhts_own_nodes_through_the_course_api_adapter_keep_every_acknowledged_write(
+    tmp_path: Path,
+) -> None:
+    """The same run on three nodes of the course API (dht's, unless DHT_NODE_COMMAND
+    names another): the history checker decides, as the course promises no more."""
+    run = run_store(CourseApiCluster(tmp_path), 6.0, seed=1)
+    assert run.report is not None and run.report.acked > 50, run.summary()
+    assert run.ok, run.summary() + "\n" + run.details()

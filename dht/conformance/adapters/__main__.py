@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(run.summary())
     print("faults:\n" + ("\n".join(f"  {fault}" for fault in run.faults) or "  none"))
-    if not run.ok:
-        print(run.details())
+    if details := run.details():  # a failure, or a store not linearizable that never said it was
+        print(details)
     print(f"members' data and logs: {folder}")
     again = " --at-leader" if args.at_leader else ""
     which = f"--adapter {args.adapter}" if args.adapter else args.store

@@ -195,6 +195,7 @@ ADAPTERS = {
     "from what it has applied (etcd documents them as possibly stale)",
     "redis": "Redis 7.0, a primary, 2 asynchronous replicas and 3 sentinels that fail over",
     "redis-wait": "the same, every write followed by WAIT 1 (a replica has it)",
+    "course-api": "3 nodes of the course API: dht's, or DHT_NODE_COMMAND's as for the kit",
 }
 
 
@@ -224,4 +225,8 @@ def store_named(name: str, folder: Path) -> Store:
         raise ValueError(f"no adapter named {name!r} (there are: {', '.join(ADAPTERS)})")
     if name.startswith("redis"):
         return RedisCluster(folder, wait=name == "redis-wait")
+    if name == "course-api":
+        from dht.conformance.adapters.course_api import CourseApiCluster
+
+        return CourseApiCluster(folder)
     return EtcdCluster(folder, serializable=name == "etcd-serializable")
