@@ -1,12 +1,11 @@
 """Redis as a store the kit grades: Debian's `redis-server` 7.0, one primary and two
 replicas, with three `redis-sentinel`s that fail over when the primary goes silent.
 
-What Redis says of it: replication is asynchronous, so a write the primary
-acknowledged may be lost at a failover (a replica promoted before it received the
-write), and a primary cut off or paused keeps taking writes until it learns it was
-replaced, and then drops them ("Redis Sentinel ... cannot guarantee that acknowledged
-writes are retained during failures"; `WAIT` "does not make Redis a strongly consistent
-store"). So the kit must find acknowledged writes lost.
+What Redis's documentation says of it, in our words: replication is asynchronous, so
+a write the primary acknowledged may be lost at a failover (a replica promoted before
+it received the write), and a primary cut off or paused keeps taking writes until it
+learns it was replaced, and then drops them; `WAIT` narrows that window but does not
+make Redis strongly consistent. So the kit must find acknowledged writes lost.
 
 The clients do what a Sentinel-aware client does: they send every operation to the
 primary they know, and ask a sentinel (the one of the member they were given) for the
