@@ -19,10 +19,10 @@ import base64
 import json
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.conformance.http_client import request
 from dht.history.operation import Kind, Op
 from dht.testbed.toxiproxy import free_ports
@@ -46,22 +46,16 @@ class EtcdMember:
         self.folder = folder
         self.client_url = f"http://127.0.0.1:{client_port}"
         self.peer_url = f"http://127.0.0.1:{peer_port}"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Process | None = None
 
     def start(self, initial_cluster: str) -> None:
         binary = etcd_binary()
         if binary is None:
             raise FileNotFoundError("etcd not found: apt-get install etcd-server")
         self.folder.mkdir(parents=True, exist_ok=True)
-        log = open(self.folder.with_suffix(".log"), "ab")
-        try:
-            self.process = subprocess.Popen(
-                [binary, *self._flags(initial_cluster)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        finally:
-            log.close()
+        self.process = spawn(
+            [binary, *self._flags(initial_cluster)], self.folder.with_suffix(".log")
+        )
 
     def _flags(self, initial_cluster: str) -> list[str]:
         flags = {
@@ -103,16 +97,9 @@ class EtcdMember:
         member_id: str | None = json.loads(answer.body).get("header", {}).get("member_id")
         return member_id
 
-    def signal(self, signum: signal.Signals) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signum)
-
     def kill(self) -> None:
         """kill -9: the member stops at once; its data folder stays."""
-        self.signal(signal.SIGCONT)  # a paused member must die too
-        self.signal(signal.SIGKILL)
-        if self.process is not None:
-            self.process.wait()
+        kill_now(self.process)
 
 
 class EtcdCluster:
@@ -170,10 +157,10 @@ class EtcdCluster:
         member.start(self._initial)  # on its data: the cluster flags are ignored then
 
     def pause(self, index: int) -> None:
-        self.members[index].signal(signal.SIGSTOP)
+        send(self.members[index].process, signal.SIGSTOP)
 
     def resume(self, index: int) -> None:
-        self.members[index].signal(signal.SIGCONT)
+        send(self.members[index].process, signal.SIGCONT)
 
     # -- the clients' operations --------------------------------------------------------
 

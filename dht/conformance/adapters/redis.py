@@ -24,11 +24,11 @@ from __future__ import annotations
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.history.operation import Kind, Op
 from dht.testbed.toxiproxy import free_ports
 
@@ -107,8 +107,8 @@ class RedisCluster:
         ports = free_ports(6)
         self.ports, self.sentinel_ports = ports[:3], ports[3:]
         self.members = [f"m{index}" for index in range(3)]
-        self._servers: list[subprocess.Popen[bytes] | None] = [None, None, None]
-        self._sentinels: list[subprocess.Popen[bytes]] = []
+        self._servers: list[Process | None] = [None, None, None]
+        self._sentinels: list[Process] = []
         self._primary: int | None = None  # the port the clients send to, as last learnt
         self._lock = threading.Lock()
 
@@ -133,13 +133,9 @@ class RedisCluster:
                 f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
                 f"sentinel parallel-syncs {MASTER} 1\n"
             )
-            log = open(self.folder / f"sentinel{index}.log", "ab")
-            try:
-                self._sentinels.append(
-                    subprocess.Popen([binaries[1], str(conf)], stdout=log, stderr=subprocess.STDOUT)
-                )
-            finally:
-                log.close()
+            self._sentinels.append(
+                spawn([binaries[1], str(conf)], self.folder / f"sentinel{index}.log")
+            )
         for port in self.sentinel_ports:
             self._wait_answering(port, deadline)
         self._wait_replicas_synced(deadline)
@@ -156,13 +152,8 @@ class RedisCluster:
         ]  # fmt: skip
         if index != 0:
             flags += ["--replicaof", "127.0.0.1", str(self.ports[0])]
-        log = open(self.folder / f"{self.members[index]}.log", "ab")
-        try:
-            self._servers[index] = subprocess.Popen(
-                [binaries[0], *flags], stdout=log, stderr=subprocess.STDOUT
-            )
-        finally:
-            log.close()
+        log = self.folder / f"{self.members[index]}.log"
+        self._servers[index] = spawn([binaries[0], *flags], log)
 
     def _wait_answering(self, port: int, deadline: float) -> None:
         while True:
@@ -186,10 +177,7 @@ class RedisCluster:
 
     def stop(self) -> None:
         for process in [*self._servers, *self._sentinels]:
-            if process is not None and process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.kill()
-                process.wait()
+            kill_now(process)
 
     # -- the nemesis's controls ---------------------------------------------------------
 
@@ -207,11 +195,7 @@ class RedisCluster:
         return None
 
     def kill(self, index: int) -> None:
-        process = self._servers[index]
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.kill()
-            process.wait()
+        kill_now(self._servers[index])
 
     def restart(self, index: int) -> None:
         """On its data, with the flags it first had: a former primary comes back as a
@@ -219,14 +203,10 @@ class RedisCluster:
         self._start_server(index)
 
     def pause(self, index: int) -> None:
-        process = self._servers[index]
-        if process is not None:
-            process.send_signal(signal.SIGSTOP)
+        send(self._servers[index], signal.SIGSTOP)
 
     def resume(self, index: int) -> None:
-        process = self._servers[index]
-        if process is not None:
-            process.send_signal(signal.SIGCONT)
+        send(self._servers[index], signal.SIGCONT)
 
     # -- the clients' operations --------------------------------------------------------
 

@@ -1,0 +1,31 @@
+"""The processes of an adapter's members: started with their output in a log file,
+signalled only while they run, and killed at once even when paused."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+Process = subprocess.Popen[bytes]
+
+
+def spawn(argv: Sequence[str], log: Path) -> Process:
+    """`argv` started, its output (both streams) appended to `log`."""
+    with open(log, "ab") as output:
+        return subprocess.Popen(list(argv), stdout=output, stderr=subprocess.STDOUT)
+
+
+def send(process: Process | None, signum: signal.Signals) -> None:
+    """`signum` to `process` while it runs (a pause or a resume)."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signum)
+
+
+def kill_now(process: Process | None) -> None:
+    """kill -9, reaped: a paused process is let run first, so that it dies at once."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait()
