@@ -49,11 +49,13 @@ def _unavailable() -> str | None:
     return None
 
 
-pytestmark = [
+# What every test of the image carries: skipped with the reason where it cannot run,
+# and run on the one worker that builds the image, once.
+IMAGE_MARKS = [
     pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
-    pytest.mark.timeout(900),
-    pytest.mark.xdist_group(IMAGE_GROUP),  # one worker builds the image, once
+    pytest.mark.xdist_group(IMAGE_GROUP),
 ]
+pytestmark = [*IMAGE_MARKS, pytest.mark.timeout(900)]
 
 
 def _environment(**extra: str) -> dict[str, str]:

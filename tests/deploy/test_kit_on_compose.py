@@ -17,23 +17,18 @@ import pytest
 
 from tests.conformance.test_kit import run_kit
 from tests.deploy.test_image import (
+    IMAGE_MARKS,
     SERVICES,
     ComposeCluster,
     _compose_up,
     _environment,
     _podman,
     _secrets_folder,
-    _unavailable,
     image,  # noqa: F401  (a fixture)
 )
 from tests.deploy.test_published_port import START_COMMAND
-from tests.fixtures import IMAGE_GROUP
 
-pytestmark = [
-    pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
-    pytest.mark.timeout(900),
-    pytest.mark.xdist_group(IMAGE_GROUP),  # one worker builds the image, once
-]
+pytestmark = [*IMAGE_MARKS, pytest.mark.timeout(900)]
 TIERS = "core,replication,durability,faults,convergence"
 
 

@@ -27,17 +27,13 @@ import pytest
 
 from dht.testbed.toxiproxy import free_ports
 from tests.deploy.test_image import (
+    IMAGE_MARKS,
     _environment,
     _podman,
-    _unavailable,
     image,  # noqa: F401  (a fixture)
 )
-from tests.fixtures import IMAGE_GROUP
 
-pytestmark = [
-    pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())),
-    pytest.mark.xdist_group(IMAGE_GROUP),
-]
+pytestmark = IMAGE_MARKS
 
 # What the kit runs to start a podman node ({name}: the container; {port}: a kit
 # placeholder, the port in --nodes). `conntrack -D` exits 1 when it found nothing to
