@@ -3,8 +3,10 @@ loopback ports, each operation sent to one member through etcd's v3 JSON gateway
 
 What etcd promises: linearizable reads and writes (a range without `serializable` is
 read through the leader's quorum, Raft orders the writes), and an acknowledged write
-survives a member's kill -9 (its WAL is fsynced before the answer). So its history under
-faults must be linearizable: the kit's linearizability checker is judged by it.
+survives a member's kill -9 (its WAL is fsynced before the answer). A member cut off
+from the others by a partition commits nothing and, with no quorum to confirm its reads,
+answers none. So its history under faults must be linearizable: the kit's
+linearizability checker is judged by it.
 
 Each answer is recorded in the course API's terms, so the one history checker reads it:
 a put etcd acknowledged is a PUT answered 201, a delete a DELETE answered 202, a range
@@ -22,6 +24,7 @@ import signal
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.partition import Partitions
 from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.conformance.http_client import request
 from dht.history.operation import Kind, Op
@@ -44,17 +47,18 @@ class EtcdMember:
     def __init__(self, name: str, folder: Path, client_port: int, peer_port: int) -> None:
         self.name = name
         self.folder = folder
+        self.ports = (client_port, peer_port)
         self.client_url = f"http://127.0.0.1:{client_port}"
         self.peer_url = f"http://127.0.0.1:{peer_port}"
         self.process: Process | None = None
 
-    def start(self, initial_cluster: str) -> None:
+    def start(self, initial_cluster: str, group: int | None = None) -> None:
         binary = etcd_binary()
         if binary is None:
             raise FileNotFoundError("etcd not found: apt-get install etcd-server")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.process = spawn(
-            [binary, *self._flags(initial_cluster)], self.folder.with_suffix(".log")
+            [binary, *self._flags(initial_cluster)], self.folder.with_suffix(".log"), group
         )
 
     def _flags(self, initial_cluster: str) -> list[str]:
@@ -118,17 +122,24 @@ class EtcdCluster:
             for index in range(size)
         ]
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        # A member cut off loses both its ports: the peers' Raft streams, and any call
+        # a member makes to another's client port.
+        self._partitions = Partitions([member.ports for member in self.members])
 
     def start(self) -> None:
-        for member in self.members:
-            member.start(self._initial)
+        self._partitions.install()
+        for index, member in enumerate(self.members):
+            member.start(self._initial, self._partitions.group(index))
         deadline = time.monotonic() + START_DEADLINE
         for member in self.members:
             member.wait_healthy(deadline)
 
     def stop(self) -> None:
-        for member in self.members:
-            member.kill()
+        try:
+            for member in self.members:
+                member.kill()
+        finally:
+            self._partitions.remove()
 
     # -- the nemesis's controls ---------------------------------------------------------
 
@@ -154,13 +165,23 @@ class EtcdCluster:
 
     def restart(self, index: int) -> None:
         member = self.members[index]
-        member.start(self._initial)  # on its data: the cluster flags are ignored then
+        # On its data: the cluster flags are ignored then.
+        member.start(self._initial, self._partitions.group(index))
 
     def pause(self, index: int) -> None:
         send(self.members[index].process, signal.SIGSTOP)
 
     def resume(self, index: int) -> None:
         send(self.members[index].process, signal.SIGCONT)
+
+    def prepare_partitions(self) -> str | None:
+        return self._partitions.prepare()
+
+    def partition(self, index: int) -> None:
+        self._partitions.cut(index)
+
+    def heal(self, index: int) -> None:
+        self._partitions.heal(index)
 
     # -- the clients' operations --------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""The processes of an adapter's members: started with their output in a log file,
-signalled only while they run, and killed at once even when paused."""
+"""The processes of an adapter's members: started with their output in a log file
+(and a group id of their member's, where the run partitions), signalled only while they
+run, and killed at once even when paused."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from pathlib import Path
 Process = subprocess.Popen[bytes]
 
 
-def spawn(argv: Sequence[str], log: Path) -> Process:
-    """`argv` started, its output (both streams) appended to `log`."""
+def spawn(argv: Sequence[str], log: Path, group: int | None = None) -> Process:
+    """`argv` started, its output (both streams) appended to `log`; under the group id
+    `group` if given (by which `partition.Partitions` knows a member's traffic)."""
     with open(log, "ab") as output:
-        return subprocess.Popen(list(argv), stdout=output, stderr=subprocess.STDOUT)
+        return subprocess.Popen(list(argv), stdout=output, stderr=subprocess.STDOUT, group=group)
 
 
 def send(process: Process | None, signum: signal.Signals) -> None:

@@ -7,6 +7,14 @@ it received the write), and a primary cut off or paused keeps taking writes unti
 learns it was replaced, and then drops them; `WAIT` narrows that window but does not
 make Redis strongly consistent. So the kit must find acknowledged writes lost.
 
+A member is a server and the sentinel beside it, and a partition cuts both off from the
+other two members (the kit's clients still reach all six): Jepsen's split brain. The
+old primary keeps acknowledging the clients' writes, its sentinel keeps naming it, while
+the two sentinels of the majority, a quorum, promote a replica; once healed, the old
+primary learns it was replaced, becomes a replica of the new one and drops those writes.
+Had each sentinel stayed with every server, the majority's would not see the primary go
+silent, and nothing would fail over.
+
 The clients do what a Sentinel-aware client does: they send every operation to the
 primary they know, and ask a sentinel (the one of the member they were given) for the
 primary again after an error or a silence. Each answer is recorded in the course API's
@@ -28,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.partition import Partitions
 from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.history.operation import Kind, Op
 from dht.testbed.toxiproxy import free_ports
@@ -107,6 +116,7 @@ class RedisCluster:
         ports = free_ports(6)
         self.ports, self.sentinel_ports = ports[:3], ports[3:]
         self.members = [f"m{index}" for index in range(3)]
+        self._partitions = Partitions(list(zip(self.ports, self.sentinel_ports, strict=True)))
         self._servers: list[Process | None] = [None, None, None]
         self._sentinels: list[Process] = []
         self._primary: int | None = None  # the port the clients send to, as last learnt
@@ -119,6 +129,7 @@ class RedisCluster:
         if binaries is None:
             raise FileNotFoundError("redis not found: apt-get install redis-server redis-sentinel")
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._partitions.install()
         for index in range(3):
             self._start_server(index)
         deadline = time.monotonic() + START_DEADLINE
@@ -133,9 +144,9 @@ class RedisCluster:
                 f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
                 f"sentinel parallel-syncs {MASTER} 1\n"
             )
-            self._sentinels.append(
-                spawn([binaries[1], str(conf)], self.folder / f"sentinel{index}.log")
-            )
+            log = self.folder / f"sentinel{index}.log"
+            group = self._partitions.group(index)
+            self._sentinels.append(spawn([binaries[1], str(conf)], log, group))
         for port in self.sentinel_ports:
             self._wait_answering(port, deadline)
         self._wait_replicas_synced(deadline)
@@ -153,7 +164,7 @@ class RedisCluster:
         if index != 0:
             flags += ["--replicaof", "127.0.0.1", str(self.ports[0])]
         log = self.folder / f"{self.members[index]}.log"
-        self._servers[index] = spawn([binaries[0], *flags], log)
+        self._servers[index] = spawn([binaries[0], *flags], log, self._partitions.group(index))
 
     def _wait_answering(self, port: int, deadline: float) -> None:
         while True:
@@ -176,23 +187,30 @@ class RedisCluster:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        for process in [*self._servers, *self._sentinels]:
-            kill_now(process)
+        try:
+            for process in [*self._servers, *self._sentinels]:
+                kill_now(process)
+        finally:
+            self._partitions.remove()
 
     # -- the nemesis's controls ---------------------------------------------------------
 
     def leader(self) -> int | None:
-        """The member the sentinels name primary now."""
+        """The member most sentinels name primary now: a sentinel just back from a
+        partition may still name the primary it knew, for a few seconds."""
         ask = (b"SENTINEL", b"get-master-addr-by-name", MASTER.encode())
+        named = []
         for port in self.sentinel_ports:
             try:
                 answer = call(port, 1.0, ask)[0]
             except (OSError, RedisError):
                 continue
             if isinstance(answer, list) and len(answer) == 2 and isinstance(answer[1], bytes):
-                named = int(answer[1])
-                return self.ports.index(named) if named in self.ports else None
-        return None
+                named.append(int(answer[1]))
+        if not named:
+            return None
+        most = max(set(named), key=named.count)
+        return self.ports.index(most) if most in self.ports else None
 
     def kill(self, index: int) -> None:
         kill_now(self._servers[index])
@@ -207,6 +225,16 @@ class RedisCluster:
 
     def resume(self, index: int) -> None:
         send(self._servers[index], signal.SIGCONT)
+
+    def prepare_partitions(self) -> str | None:
+        return self._partitions.prepare()
+
+    def partition(self, index: int) -> None:
+        """Server `index` and its sentinel cut off from the other servers and sentinels."""
+        self._partitions.cut(index)
+
+    def heal(self, index: int) -> None:
+        self._partitions.heal(index)
 
     # -- the clients' operations --------------------------------------------------------
 
