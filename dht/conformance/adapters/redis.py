@@ -179,7 +179,10 @@ class RedisCluster:
 
     def _wait_replicas_synced(self, deadline: float) -> None:
         while True:
-            info = call(self.ports[0], 1.0, (b"INFO", b"replication"))[0]
+            try:  # a primary busy forking for its replicas' first sync may be slow to answer
+                info = call(self.ports[0], 1.0, (b"INFO", b"replication"))[0]
+            except (OSError, RedisError):
+                info = None
             if isinstance(info, bytes) and info.count(b"state=online") == 2:
                 return
             if time.monotonic() > deadline:
