@@ -27,11 +27,13 @@ needs_redis = pytest.mark.skipif(
     reason="redis not found: `make test` installs redis-server and redis-sentinel (as root)",
 )
 SECONDS = 10.0
+# The faults of these runs; partitions have tests of their own (test_adapter_partitions.py).
+KILLS_AND_PAUSES = ("kill", "pause")
 
 
 @needs_etcd
 def test_etcd_under_kills_and_pauses_is_linearizable_and_loses_nothing(tmp_path: Path) -> None:
-    run = run_store(EtcdCluster(tmp_path), SECONDS, seed=1)
+    run = run_store(EtcdCluster(tmp_path), SECONDS, seed=1, faults=KILLS_AND_PAUSES)
     assert run.ok, run.summary() + "\n" + run.details()
     assert run.report is not None and run.report.acked > 100, run.summary()
     assert any("kill -9" in fault for fault in run.faults), run.faults
@@ -41,7 +43,7 @@ def test_etcd_under_kills_and_pauses_is_linearizable_and_loses_nothing(tmp_path:
 
 @needs_etcd
 def test_etcds_serializable_reads_are_found_not_linearizable(tmp_path: Path) -> None:
-    run = run_store(EtcdCluster(tmp_path, serializable=True), SECONDS, seed=1)
+    run = run_store(EtcdCluster(tmp_path, serializable=True), SECONDS, 1, faults=KILLS_AND_PAUSES)
     assert run.linearizability is not None
     assert run.linearizability.verdict is Verdict.NOT_LINEARIZABLE, run.summary()
     shown = run.linearizability.details()
@@ -65,7 +67,8 @@ def test_redis_failing_over_under_faults_at_its_primary_loses_acknowledged_write
     three seeds that does, as the simulator's defect tests search their seeds."""
     summaries = []
     for seed in (1, 2, 4):
-        run = run_store(RedisCluster(tmp_path / f"seed-{seed}"), SECONDS, seed, at_leader=True)
+        cluster = RedisCluster(tmp_path / f"seed-{seed}")
+        run = run_store(cluster, SECONDS, seed, at_leader=True, faults=KILLS_AND_PAUSES)
         summaries.append(run.summary())
         if not run.ok:
             break

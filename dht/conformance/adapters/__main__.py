@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
-from dht.conformance.adapters.run import ADAPTERS, load_adapter, run_store, store_named
+from dht.conformance.adapters.partition import GID_BASE
+from dht.conformance.adapters.run import ADAPTERS, FAULTS, load_adapter, run_store, store_named
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,8 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m dht.conformance.adapters",
         description=textwrap.fill(
             "Grade a store the kit has an adapter for: a cluster of it on loopback ports, "
-            "concurrent clients on a few keys, a seeded nemesis (kill -9 and restart, or "
-            "pause and resume, one member at a time), then the history checker and the "
+            "concurrent clients on a few keys, a seeded nemesis (kill -9 and restart, pause "
+            "and resume, or a network partition and its heal, one member at a time), then "
+            "the history checker and the "
             "linearizability checker (which decides only for a store that promises "
             "linearizability). Exit status: 0 the store kept what it promises, 1 it did not, "
             "2 the run itself failed.",
@@ -37,6 +40,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="clients' and nemesis's (default 1)")
     parser.add_argument("--folder", type=Path, help="for the members' data and logs (kept)")
     parser.add_argument(
+        "--faults",
+        type=_faults,
+        default=FAULTS,
+        metavar="KIND,KIND",
+        help=(
+            f"the faults the nemesis draws among, the seed choosing (default {','.join(FAULTS)}):"
+            " kill (kill -9, then a restart on its data), pause (SIGSTOP, then SIGCONT),"
+            " partition (the member, for Redis its server and sentinel, cut off from the"
+            " other members both ways while the clients still reach it, then healed; needs"
+            " root and iptables, and runs the members under group ids"
+            f" {GID_BASE}+member; where it cannot, the run says so and draws the others)."
+            " With kill,pause a seed draws the schedule it drew before partitions existed"
+        ),
+    )
+    parser.add_argument(
         "--at-leader",
         action="store_true",
         help="strike the member that leads then (etcd's leader, Redis's primary) every time",
@@ -45,24 +63,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds <= 0:
         parser.error("--seconds must be more than 0")
     folder = args.folder or Path(tempfile.mkdtemp(prefix=f"dht-{args.store or 'adapter'}-"))
+    # A SIGTERM ends the run as Ctrl-C does, through the `finally`s that stop the
+    # members and remove the firewall rules of partitions.
+    terminated = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         store = (
             load_adapter(args.adapter, folder) if args.adapter else store_named(args.store, folder)
         )
-        run = run_store(store, args.seconds, args.seed, args.at_leader)
+        run = run_store(store, args.seconds, args.seed, args.at_leader, args.faults)
     except (OSError, RuntimeError, ValueError) as error:
         print(f"the run failed: {error}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, terminated)
     print(run.summary())
     print("faults:\n" + ("\n".join(f"  {fault}" for fault in run.faults) or "  none"))
     if details := run.details():  # a failure, or a store not linearizable that never said it was
         print(details)
     print(f"members' data and logs: {folder}")
     again = " --at-leader" if args.at_leader else ""
+    if tuple(args.faults) != FAULTS:
+        again += f" --faults {','.join(args.faults)}"
     which = f"--adapter {args.adapter}" if args.adapter else args.store
     print(f"rerun: python -m dht.conformance.adapters {which} --seconds {args.seconds:g} "
           f"--seed {args.seed}{again}")  # fmt: skip
     return 0 if run.ok else 1
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)
+
+
+def _faults(given: str) -> tuple[str, ...]:
+    kinds = tuple(dict.fromkeys(part.strip() for part in given.split(",") if part.strip()))
+    unknown = [kind for kind in kinds if kind not in FAULTS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"{given!r}: a comma-separated list of {', '.join(FAULTS)}"
+        )
+    return tuple(kind for kind in FAULTS if kind in kinds)
 
 
 if __name__ == "__main__":

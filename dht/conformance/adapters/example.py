@@ -10,6 +10,11 @@ data and logs, and must have
 - `start()` (a cluster that serves when it returns) and `stop()` (nothing left running);
 - `kill(i)`, `restart(i)` (on its data), `pause(i)`, `resume(i)`, and `leader()`
   (the index that leads now, or None) for `--at-leader`;
+- if it can: `prepare_partitions()` (asked before `start`: None, or why it cannot
+  here), `partition(i)` (member `i` cut off from the others, the clients still reaching
+  it) and `heal(i)`; `dht.conformance.adapters.partition` makes them for members that
+  are processes on this machine (the etcd and Redis adapters use it). Without them the
+  nemesis draws no partition, and the run says so;
 - `attempt(i, kind, key, value, timeout, name)`: one operation through member `i`,
   from several client threads at once, returned as a `dht.history.operation.Op` in the
   course API's terms: a PUT the store acknowledged has status 201, a DELETE 202, a GET

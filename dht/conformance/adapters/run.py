@@ -1,8 +1,9 @@
 """One graded run of an adapter's store: concurrent clients on a few keys, a seeded
-nemesis that kills and restarts or pauses and resumes one member at a time, then, with
-every member back, a final read of each key; the history judged by the history checker
-(acknowledged writes lost, reads stale, values from nowhere) and by the linearizability
-checker, whose verdict decides only for a store that promises linearizability.
+nemesis that kills and restarts, pauses and resumes, or cuts off and heals one member at
+a time, then, with every member back, a final read of each key; the history judged by
+the history checker (acknowledged writes lost, reads stale, values from nowhere) and by
+the linearizability checker, whose verdict decides only for a store that promises
+linearizability.
 
 The run is the kit's for a store it does not know: the same clients (`traffic.Clients`),
 the same checkers, the verdicts in the course API's terms. A seed fixes the clients'
@@ -17,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.checker import CLOCK_SLACK, check
@@ -34,6 +35,15 @@ MIX = Mix(put=0.5, delete=0.1, expiring=0.0)
 # A fault lasts this long, and the store has this long between two (seconds).
 FAULT_FOR = (1.0, 3.0)
 BETWEEN_FAULTS = (0.5, 2.0)
+# A partition lasts longer: cut off for less than a store's failure detection and
+# election (etcd's 1 s election timeout; Sentinel's 0.5 s, then a vote, then a promotion
+# it confirms once a second) it is a slow link more than a split, and a failover a heal
+# cuts short is not tried again for a while (Sentinel: twice its failover timeout).
+PARTITION_FOR = (2.0, 5.0)
+# The faults the nemesis draws among, as `--faults` names them: a member killed with
+# SIGKILL and restarted on its data, paused with SIGSTOP and resumed, or cut off from
+# the other members by a network partition (the clients still reach it) and healed.
+FAULTS = ("kill", "pause", "partition")
 # How long the final read of a key retries while the store has no answer (a leader
 # still being elected after the last fault).
 FINAL_DEADLINE = 20.0
@@ -70,6 +80,22 @@ class Store(Protocol):
     ) -> Op: ...
 
 
+@runtime_checkable
+class Partitionable(Protocol):
+    """What a store that can be partitioned adds (an adapter may not: the nemesis then
+    draws no partition). `prepare_partitions` is asked before `start`, once a run wants
+    partitions: None if the store can make them here, else why not (the run says so and
+    draws none)."""
+
+    def prepare_partitions(self) -> str | None: ...
+
+    def partition(self, index: int) -> None:
+        """Member `index` cut off from every other member, both ways; the clients still
+        reach it."""
+
+    def heal(self, index: int) -> None: ...
+
+
 @dataclass
 class AdapterRun:
     store: str
@@ -78,6 +104,8 @@ class AdapterRun:
     seconds: float
     history: list[Op]
     faults: list[str] = field(default_factory=list)
+    # The faults asked for that the nemesis could not draw, each with why.
+    not_drawn: list[str] = field(default_factory=list)
     report: Report | None = None
     linearizability: LinearizabilityReport | None = None
 
@@ -96,6 +124,7 @@ class AdapterRun:
             f"{self.store} (promises: {self.promise}), seed {self.seed}, {self.seconds:g} s, "
             f"{len(self.faults)} faults: {'PASS' if self.ok else 'FAIL'}",
         ]
+        lines += [f"  not drawn: {why}" for why in self.not_drawn]
         if self.report is not None:
             lines.append(f"  history: {self.report.summary()}")
         if self.linearizability is not None:
@@ -111,15 +140,24 @@ class AdapterRun:
         return "\n".join(parts)
 
 
-def run_store(store: Store, seconds: float, seed: int, at_leader: bool = False) -> AdapterRun:
+def run_store(
+    store: Store,
+    seconds: float,
+    seed: int,
+    at_leader: bool = False,
+    faults: Sequence[str] = FAULTS,
+) -> AdapterRun:
     """Starts `store`, runs the clients and the nemesis for `seconds`, heals, reads every
     key, stops the store and judges the history. `at_leader`: every fault strikes the
-    member that leads then, rather than one drawn at random."""
+    member that leads then, rather than one drawn at random. `faults`: those the nemesis
+    draws among (of `FAULTS`), less those the store cannot suffer here; ValueError if
+    that leaves none."""
     keys = key_space(KEYS)
     members = list(range(len(store.members)))
     run = AdapterRun(store.name, store.promise, seed, seconds, [])
-    store.start()
+    kinds = _drawable(store, faults, run.not_drawn)
     try:
+        store.start()
 
         def send(index: int, kind: Kind, key: str, value: bytes | None, timeout: float,
                  ttl: int | None = None, node_name: str | None = None,
@@ -129,7 +167,7 @@ def run_store(store: Store, seconds: float, seed: int, at_leader: bool = False) 
         clients = Clients(members, keys, CLIENTS, seed, CLIENT_TIMEOUT, MIX, send).start()
         try:
             until = time.monotonic() + seconds
-            _nemesis(store, random.Random(seed), until, run.faults, at_leader)
+            _nemesis(store, random.Random(seed), until, run.faults, at_leader, kinds)
         finally:
             history = clients.stop()
         final, reads = _final_reads(store, keys)
@@ -141,11 +179,40 @@ def run_store(store: Store, seconds: float, seed: int, at_leader: bool = False) 
     return run
 
 
+def _drawable(store: Store, wanted: Sequence[str], not_drawn: list[str]) -> list[str]:
+    """The faults of `wanted` the nemesis can strike `store` with, in `FAULTS`'s order
+    (the draw depends on it); why each other cannot be is added to `not_drawn`."""
+    unknown = sorted(set(wanted) - set(FAULTS))
+    if unknown or not wanted:
+        named = f"not {', '.join(unknown)}" if unknown else "none given"
+        raise ValueError(f"faults are among {', '.join(FAULTS)} ({named})")
+    kinds = [kind for kind in FAULTS if kind in wanted]
+    if "partition" in kinds:
+        if not isinstance(store, Partitionable):
+            why: str | None = f"{store.name}'s adapter has no partition(i) and heal(i)"
+        else:
+            why = store.prepare_partitions()
+        if why is not None:
+            kinds.remove("partition")
+            not_drawn.append(f"partition: {why}")
+    if not kinds:
+        raise ValueError(f"no fault the nemesis can draw: {'; '.join(not_drawn)}")
+    return kinds
+
+
 def _nemesis(
-    store: Store, rng: random.Random, until: float, faults: list[str], at_leader: bool
+    store: Store,
+    rng: random.Random,
+    until: float,
+    faults: list[str],
+    at_leader: bool,
+    kinds: Sequence[str],
 ) -> None:
-    """One fault at a time on one member, each healed before the next: kill -9 then a
-    restart on its data, or a pause (SIGSTOP) then a resume."""
+    """One fault of `kinds` at a time on one member, each healed before the next: kill
+    -9 then a restart on its data, a pause (SIGSTOP) then a resume, or a partition that
+    cuts the member off from the others then heals. The draws are those of the runs
+    before partitions were among the faults: with kill and pause alone, a seed still
+    draws the schedule it drew then."""
     t0 = time.monotonic()
     while time.monotonic() < until:
         time.sleep(rng.uniform(*BETWEEN_FAULTS))
@@ -154,19 +221,30 @@ def _nemesis(
         index = rng.randrange(len(store.members))  # drawn always: the schedule stays
         leader = store.leader() if at_leader else None
         index = index if leader is None else leader
-        lasting = rng.uniform(*FAULT_FOR)
+        drawn = rng.random()  # the fault's length, as a fraction of its kind's range
         at = time.monotonic() - t0
         which = f"m{index}" + (" (the leader)" if leader is not None else "")
-        if rng.random() < 0.5:
+        kind = kinds[int(rng.random() * len(kinds))]
+        shortest, longest = PARTITION_FOR if kind == "partition" else FAULT_FOR
+        lasting = shortest + (longest - shortest) * drawn  # as random.uniform computes it
+        if kind == "kill":
             faults.append(f"{at:.1f} s: kill -9 {which}, restarted {lasting:.1f} s later")
             store.kill(index)
             time.sleep(lasting)
             store.restart(index)
-        else:
+        elif kind == "pause":
             faults.append(f"{at:.1f} s: pause {which} for {lasting:.1f} s")
             store.pause(index)
             time.sleep(lasting)
             store.resume(index)
+        else:
+            assert isinstance(store, Partitionable)
+            faults.append(f"{at:.1f} s: partition {which} from the others for {lasting:.1f} s")
+            store.partition(index)
+            try:
+                time.sleep(lasting)
+            finally:
+                store.heal(index)
 
 
 def _final_reads(store: Store, keys: list[str]) -> tuple[dict[str, bytes | None], list[Op]]:
