@@ -16,8 +16,9 @@ import asyncio
 import bisect
 import random
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
 from typing import Any
+
+from dht.storage.batch_writer import Landed, Write
 
 _MISSING = object()
 
@@ -198,31 +199,28 @@ class _Iterator:
         pass
 
 
-class DelayedWriter(Executor):
-    """The group commit's writer: a batch submitted runs `latency()` seconds later on the
-    loop, in the submitting node's context (so a crash before then drops it)."""
+class DelayedWriter:
+    """The group commit's writer (`dht.storage.batch_writer.BatchWriter`): a batch runs
+    `latency()` seconds later on the loop, in the handing node's context (so a crash
+    before then drops it), and `landed` right after it."""
 
     def __init__(self, latency: Callable[[], float]) -> None:
         self._latency = latency
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
+    def write(self, write: Write, landed: Landed) -> None:
+        asyncio.get_running_loop().call_soon(_run, write, landed)
 
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-        asyncio.get_running_loop().call_later(self._latency(), run)
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+    def shutdown(self) -> None:
         pass
+
+
+def _run(write: Write, landed: Landed) -> None:
+    error: BaseException | None = None
+    try:
+        write()
+    except Exception as exc:
+        error = exc
+    asyncio.get_running_loop().call_soon(landed, error)
 
 
 class SimDisk:

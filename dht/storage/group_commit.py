@@ -21,12 +21,12 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from dht.model.log_limits import RateLimitedLog
 from dht.model.merkle import Digest
+from dht.storage.batch_writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class GroupCommit:
     def __init__(
         self,
         write: BatchWrite,
-        writer: Executor,
+        writer: BatchWriter,
         sync: bool,
         on_landed: Callable[[dict[bytes, Change]], None],
     ) -> None:
@@ -171,21 +171,20 @@ class GroupCommit:
         self._in_flight = batch
         loop = asyncio.get_running_loop()
         batch.sent_at = loop.time()
-        written = loop.run_in_executor(self._writer, self._write_batch, batch)
-        written.add_done_callback(functools.partial(self._landed, batch))
+        self._writer.write(
+            functools.partial(self._write_batch, batch), functools.partial(self._landed, batch)
+        )
 
     def _write_batch(self, batch: Batch) -> None:
         puts = [(key, value) for key, value in batch.operations.items() if value is not None]
         deletes = [key for key, value in batch.operations.items() if value is None]
         self._write(puts, deletes, self.sync)
 
-    def _landed(self, batch: Batch, written: asyncio.Future[None]) -> None:
+    def _landed(self, batch: Batch, error: BaseException | None) -> None:
         self._in_flight = None
         for key in batch.operations:
             if self._pending[key][1] is batch:
                 del self._pending[key]
-        error: BaseException | None
-        error = asyncio.CancelledError() if written.cancelled() else written.exception()
         took = asyncio.get_running_loop().time() - batch.sent_at
         if took > SLOW_BATCH_SECONDS:
             self._failures.warning(

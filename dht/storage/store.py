@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from dht.config import Durability
 from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
+from dht.storage.batch_writer import BatchWriter, WriterThread
 from dht.storage.ceiling_file import CeilingFile
 from dht.storage.digest_changes import DigestChanges
 from dht.storage.disk import DiskFull, DiskSpace, StorageError
@@ -182,14 +183,14 @@ class Storage:
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         *,
         db: Any = None,
-        writer: Executor | None = None,
+        writer: BatchWriter | None = None,
         disk: DiskSpace | None = None,
         changes: DigestChanges | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """`db`, `writer` and `disk` are for a caller that supplies the medium itself (the
         simulator, `dht.simulation`): an open database with plyvel's interface, the
-        executor the group commit's batches run in, and the volume's free space. By
+        writer the group commit's batches run in, and the volume's free space. By
         default: LevelDB in `data_dir`, a thread of its own, and `data_dir`'s volume.
 
         `changes` hears of every change to the digest index once it is on the disk: the
@@ -209,9 +210,7 @@ class Storage:
         # The group commit's thread (plyvel lets go of the GIL meanwhile), so neither an
         # fsync nor a 16 MiB write stops the loop. One thread: LevelDB takes one write at
         # a time anyway.
-        self._writer = writer or ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="leveldb-writer"
-        )
+        self._writer = WriterThread() if writer is None else writer
         self._queue = GroupCommit(self._write_batch, self._writer, self._sync, self._landed)
         # Manual compactions take seconds: their own thread, so no batch waits for one.
         self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leveldb-compact")
@@ -233,7 +232,7 @@ class Storage:
         """Closes the database once the thread's batch and compaction have finished, and
         the writes still queued (the loop stopped before `drain`) are written, synced and
         answered to no one: nothing is acknowledged that is not on the disk."""
-        self._writer.shutdown(wait=True)
+        self._writer.shutdown()
         self._compactor.shutdown(wait=True)
         if self._db.closed:
             self._ceiling.close()

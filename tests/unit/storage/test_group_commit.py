@@ -53,7 +53,7 @@ def writer_held(storage: Storage) -> Iterator[threading.Event]:
     """Keeps the writer thread busy until the event is set: a batch flushed meanwhile is
     in flight, not landed."""
     release = threading.Event()
-    asyncio.get_running_loop().run_in_executor(storage._writer, release.wait)
+    storage._writer.write(release.wait, lambda error: None)
     try:
         yield release
     finally:

@@ -64,7 +64,8 @@ async def test_collection_leaves_a_key_alone_while_its_large_write_is_in_the_thr
         tombstone = Record.deleted(1)
         assert storage.write(b"k", tombstone) is True
         # Hold the writer thread so the large write is known to be in it, not landed.
-        held = asyncio.get_running_loop().run_in_executor(storage._writer, release.wait)
+        held = asyncio.get_running_loop().create_future()
+        storage._writer.write(release.wait, held.set_result)
         landing = storage.write(b"k", Record.live(2, LARGE))
         await asyncio.sleep(0)
         assert storage.collect(b"k", tombstone) is False
