@@ -208,7 +208,7 @@ class DelayedWriter:
         self._latency = latency
 
     def write(self, write: Write, landed: Landed) -> None:
-        asyncio.get_running_loop().call_soon(_run, write, landed)
+        asyncio.get_running_loop().call_later(self._latency(), _run, write, landed)
 
     def shutdown(self) -> None:
         pass

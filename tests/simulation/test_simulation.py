@@ -167,7 +167,11 @@ def test_a_defect_put_back_is_found_within_a_few_seeds(
 
 
 def test_a_failing_seed_shrinks_to_a_shorter_run_that_still_fails() -> None:
-    failing = Settings(seed=6, seconds=60, defect="collect-without-exchanges", mixed_replicas=False)
+    # Seed 30: the first of 1..40 this defect fails since the simulator's batches take
+    # time to land (seed 6 did while they landed at once).
+    failing = Settings(
+        seed=30, seconds=60, defect="collect-without-exchanges", mixed_replicas=False
+    )
     assert not simulate(failing).ok
     shrunk = shrink(failing)
     assert shrunk.seconds <= failing.seconds
@@ -265,11 +269,12 @@ def test_requests_go_at_replicas_drawn_from_the_seed_or_the_default() -> None:
     ),
 )
 def test_a_node_restarted_minutes_ahead_amid_other_faults_loses_no_acknowledged_write() -> None:
-    """Seed 1 of the default kinds with `restart-skewed-amid` (found by the helper that
+    """Seed 4 of the default kinds with `restart-skewed-amid` (found by the helper that
     wrote `restart-skewed`, which waits for the other faults to end to stay clear of
-    it): 7 keys diverged after the settling, the skewed node's refused writes on it
-    alone. Pinned until it is fixed (the fix belongs to the clock fence, rule 9.13)."""
-    settings = Settings(seed=1, seconds=60, fault_kinds=(*KINDS, "restart-skewed-amid"))
+    it): 5 keys diverged after the settling, the skewed node's refused writes on it
+    alone (seed 1, 7 keys, while the simulator's batches landed at once; 7 of 1..40 fail
+    now). Pinned until it is fixed (the fix belongs to the clock fence, rule 9.13)."""
+    settings = Settings(seed=4, seconds=60, fault_kinds=(*KINDS, "restart-skewed-amid"))
     result = simulate(settings)
     assert any("its clock at +" in line for line in result.faults)
     assert result.ok, f"{result.verdict}\n{result.details}"
