@@ -1,10 +1,13 @@
 """bench.throughput's rows and what its report says of them (pure): the table, the
-targets' verdicts, the generator ceiling and the cost of metrics."""
+verdicts on issue 30's targets and issue 51's goals, the generator ceiling and the cost
+of metrics, TLS and syncing."""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bench.wrk import SATURATED_CORE_SHARE, WrkRun
 
@@ -56,6 +59,14 @@ class Row:
         """The median share of the raw uvloop server, or a dash with none measured."""
         return f"{statistics.median(self.raw_ratios):.2f}" if self.raw_ratios else "-"
 
+    def share_of(self, other: Row) -> float:
+        """The median over rounds of this row's rate over `other`'s in the same round
+        (the two ran in turn in every round, as a row and its bare server do)."""
+        return statistics.median(
+            run.rate / twin.rate if twin.rate else 0.0
+            for run, twin in zip(self.runs, other.runs, strict=True)
+        )
+
     @property
     def cpu_per_request(self) -> float:
         """The median of the rounds' server CPU per request, µs."""
@@ -84,6 +95,31 @@ class Target:
 TARGETS = (
     Target("pinned", ONE_NODE, added_us=(("PUT", 24.0), ("GET", 10.0))),
     Target("unpinned", THREE_2_3, share=0.40),
+)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """Issue 51's goals for one row and workload, each bound optional: its rate at least
+    `share` of the bare server's and at least `share_of_unsynced` of its `--durability
+    none` twin's, its p99 at most `p99_over_bare` times the bare server's and at most
+    `p99_ms`, its server CPU (every process of the row) at most `cpu_us` per request."""
+
+    pinning: str
+    name: str
+    workload: str
+    share: float | None = None
+    share_of_unsynced: float | None = None
+    p99_over_bare: float | None = None
+    p99_ms: float | None = None
+    cpu_us: float | None = None
+
+
+ISSUE_51_GOALS = (
+    Goal("pinned", ONE_NODE, "PUT", share=0.85, share_of_unsynced=0.95, p99_over_bare=1.5),
+    Goal("pinned", ONE_NODE, "GET", share=1.3, p99_over_bare=1.5),
+    Goal("unpinned", THREE_2_3, "PUT", share=0.45, cpu_us=150.0, p99_ms=15.0),
+    Goal("unpinned", THREE_2_3, "GET", share=0.6, p99_ms=15.0),
 )
 
 
@@ -162,15 +198,73 @@ def verdicts(rows: list[Row]) -> list[str]:
     return lines
 
 
-def doubts(row: Row, bare: Row) -> list[str]:
-    """Why a ratio is not a measurement of dht: the generator set a rate, or requests
-    failed (a fast error is not throughput)."""
+def issue_51_verdicts(rows: list[Row]) -> list[str]:
+    """One line per bound of issue 51's goals, ending in "met" or "missed", each followed
+    by why its figure does not count, if it does not; nothing for a goal whose row or
+    bare server did not run (a bound against the `--durability none` twin needs it too)."""
+    lines = []
+    for goal in ISSUE_51_GOALS:
+        row = find_row(rows, goal.pinning, goal.name, goal.workload)
+        bare = find_row(rows, goal.pinning, BARE, goal.workload)
+        if row is None or bare is None:
+            continue
+        unsynced = find_row(rows, goal.pinning, goal.name + NO_SYNC, goal.workload)
+        for bound, figure, met, against in judgements(goal, row, bare, unsynced):
+            lines.append(
+                f"issue 51 {goal.workload} {goal.name} {bound} ({goal.pinning}): {figure} "
+                f"{'met' if met else 'missed'}"
+            )
+            lines += [f"  does not count: {reason}" for reason in doubts(row, *against)]
+    return lines
+
+
+class Judgement(NamedTuple):
+    """One bound of a goal on one row: the bound, the figure measured, whether the bound
+    holds, and the rows the figure is measured against (whose doubts it shares)."""
+
+    bound: str
+    figure: str
+    met: bool
+    against: tuple[Row, ...] = ()
+
+
+def judgements(goal: Goal, row: Row, bare: Row, unsynced: Row | None) -> Iterator[Judgement]:
+    """Each bound of `goal` on `row`; a rate's figure also as a share of the raw uvloop
+    server, when it ran."""
+    run, bare_run = row.median, bare.median
+    on_raw = f" ({row.raw_ratio} x raw uvloop)" if row.raw_ratios else ""
+    if goal.share is not None:
+        met = row.ratio >= goal.share
+        yield Judgement(f">= {goal.share:.2f} x bare", f"{row.ratio:.2f}{on_raw}", met, (bare,))
+    if goal.share_of_unsynced is not None and unsynced is not None:
+        share, least = row.share_of(unsynced), goal.share_of_unsynced
+        bound = f">= {least:.2f} x `{NO_SYNC.strip(', ')}`"
+        both = f"{row.raw_ratio} against {unsynced.raw_ratio} x raw uvloop"
+        figure = f"{share:.2f} ({both})" if row.raw_ratios else f"{share:.2f}"
+        yield Judgement(bound, figure, share >= least, (bare, unsynced))
+    if goal.p99_over_bare is not None:
+        times = f"{run.p99_ms / bare_run.p99_ms:.2f}" if bare_run.p99_ms else "-"
+        figure = f"{latency(run.p99_ms)}, {times} x bare's {latency(bare_run.p99_ms)}"
+        met = run.p99_ms <= goal.p99_over_bare * bare_run.p99_ms
+        yield Judgement(f"p99 <= {goal.p99_over_bare:g} x bare's", figure, met, (bare,))
+    if goal.p99_ms is not None:
+        met = run.p99_ms <= goal.p99_ms
+        yield Judgement(f"p99 <= {goal.p99_ms:g} ms", latency(run.p99_ms), met)
+    if goal.cpu_us is not None:
+        bound, cpu = f"server CPU <= {goal.cpu_us:g} µs per request", row.cpu_per_request
+        yield Judgement(bound, f"{cpu:.0f} µs", cpu <= goal.cpu_us)
+
+
+def doubts(row: Row, *references: Row) -> list[str]:
+    """Why a figure is not a measurement of dht: the generator set a rate, or requests
+    failed (a fast error is not throughput), on the row or a row it is compared with."""
+    measured = (*references, row)
     reasons = [
         f"wrk used >= {SATURATED_CORE_SHARE:.0%} of its core on {r.name}"
-        for r in (bare, row)
+        for r in measured
         if r.generator_bound
     ]
-    reasons += [f"{r.errors} errors on {r.name}" for r in (bare, row) if r.errors]
+    reasons += [f"{r.errors} errors on {r.name}" for r in measured if r.errors]
     return reasons
 
 
@@ -266,11 +360,12 @@ def durability_costs(rows: list[Row]) -> list[str]:
     """What syncing costs (rows with a `--durability none` twin): the group commit (the
     row itself) and a sync per write (its `--durability each` twin, if measured) against
     no sync, as shares of the bare server and p99s, with issue 40's verdict on the group
-    commit: at most 10% of the unsynced rate, at most 2 ms added to its p99."""
+    commit: at most 10% of the unsynced rate, at most 2 ms added to its p99. PUT rows
+    only: a GET syncs nothing, whatever the durability."""
     lines = []
     for row in rows:
         unsynced = find_row(rows, row.pinning, row.name + NO_SYNC, row.workload)
-        if unsynced is None:
+        if unsynced is None or row.workload != "PUT":
             continue
         cost = 1 - row.ratio / unsynced.ratio if unsynced.ratio else 0.0
         added = row.median.p99_ms - unsynced.median.p99_ms
