@@ -66,13 +66,20 @@ class WriterThread:
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            loop, write, landed = job
-            error: BaseException | None = None
-            try:
-                write()
-            except BaseException as exc:  # the batch's writes are failed with it, on the loop
-                error = exc
-            try:
-                loop.call_soon_threadsafe(landed, error)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits for the answer any more
+            _write_one(*job)
+            # Nothing of the batch is held while the thread waits for the next: not its
+            # values, nor the storage behind it (found by review: a job kept in this
+            # frame kept a Storage dropped without close, and its LevelDB lock, alive).
+            del job
+
+
+def _write_one(loop: asyncio.AbstractEventLoop, write: Write, landed: Landed) -> None:
+    error: BaseException | None = None
+    try:
+        write()
+    except BaseException as exc:  # the batch's writes are failed with it, on the loop
+        error = exc
+    try:
+        loop.call_soon_threadsafe(landed, error)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits for the answer any more

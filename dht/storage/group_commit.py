@@ -171,9 +171,12 @@ class GroupCommit:
         self._in_flight = batch
         loop = asyncio.get_running_loop()
         batch.sent_at = loop.time()
-        self._writer.write(
-            functools.partial(self._write_batch, batch), functools.partial(self._landed, batch)
-        )
+        try:
+            self._writer.write(
+                functools.partial(self._write_batch, batch), functools.partial(self._landed, batch)
+            )
+        except RuntimeError as exc:  # the storage is closed: its writes fail, none waits
+            self._landed(batch, exc)
 
     def _write_batch(self, batch: Batch) -> None:
         puts = [(key, value) for key, value in batch.operations.items() if value is not None]
