@@ -48,7 +48,7 @@ from dht.web.server import HttpServer, Route
 log = logging.getLogger(__name__)
 
 # The garbage collector's youngest generation runs once this many more objects were
-# allocated than freed (Python's default: 700); see `serve`.
+# allocated than freed (Python's default: 700); `Node.run` says why.
 YOUNG_GC_THRESHOLD = 10_000
 
 
