@@ -135,6 +135,7 @@ class Node:
             wall_ms,
             changes=digest_changes,
             monotonic=machine.monotonic,
+            compression=config.compression,
         )
         self.clock = HybridClock(
             wall_ms,

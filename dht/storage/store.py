@@ -35,7 +35,7 @@ from typing import Any
 
 import plyvel
 
-from dht.config import Durability
+from dht.config import Compression, Durability
 from dht.limits import LARGE_WRITE
 from dht.model.merkle import Digest, leaf_of, pack_digest, record_digest, unpack_digest
 from dht.model.record import Record, decode, encode, wider_copies
@@ -73,11 +73,17 @@ class StorageUnavailable(StorageError):
     The node does not start (`python -m dht node` prints it and exits 1)."""
 
 
-def open_leveldb(data_dir: Path) -> Any:
+def open_leveldb(data_dir: Path, compression: Compression = "none") -> Any:
+    """LevelDB in `data_dir`, its new blocks compressed with Snappy or not (each block
+    says how it was stored, so a folder written either way opens either way)."""
     path = data_dir / "leveldb"
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        return plyvel.DB(str(path), create_if_missing=True)
+        return plyvel.DB(
+            str(path),
+            create_if_missing=True,
+            compression="snappy" if compression == "snappy" else None,
+        )
     except plyvel.CorruptionError as exc:
         raise StorageUnavailable(
             f"{path} is damaged ({_reason(exc)}); `python -m dht repair --data-dir "
@@ -187,6 +193,7 @@ class Storage:
         disk: DiskSpace | None = None,
         changes: DigestChanges | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        compression: Compression = "none",
     ) -> None:
         """`db`, `writer` and `disk` are for a caller that supplies the medium itself (the
         simulator, `dht.simulation`): an open database with plyvel's interface, the
@@ -196,10 +203,10 @@ class Storage:
         `changes` hears of every change to the digest index once it is on the disk: the
         node's repair loops attach their trees to it. Without it, no one is told (a
         tool or a test that keeps no trees). `monotonic` times how long the volume's
-        free space measured stays believed."""
+        free space measured stays believed. `compression`: `--compression`."""
         self._changes = DigestChanges() if changes is None else changes
         self._wall_ms = wall_ms  # stamps each record's arrival in its digest entry
-        self._db = open_leveldb(data_dir) if db is None else db
+        self._db = open_leveldb(data_dir, compression) if db is None else db
         self._ceiling = CeilingFile(data_dir / CEILING_FILE)
         self._records = self._db.prefixed_db(RECORDS_PREFIX)
         self._nonces = self._db.prefixed_db(NONCES_PREFIX)
