@@ -10,7 +10,16 @@ import textwrap
 from pathlib import Path
 
 from dht.conformance.adapters.partition import GID_BASE
-from dht.conformance.adapters.run import ADAPTERS, FAULTS, load_adapter, run_store, store_named
+from dht.conformance.adapters.run import (
+    ADAPTERS,
+    CLOCK_FOR,
+    CLOCK_OFFSETS,
+    DEFAULT_FAULTS,
+    FAULTS,
+    load_adapter,
+    run_store,
+    store_named,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         description=textwrap.fill(
             "Grade a store the kit has an adapter for: a cluster of it on loopback ports, "
             "concurrent clients on a few keys, a seeded nemesis (kill -9 and restart, pause "
-            "and resume, or a network partition and its heal, one member at a time), then "
+            "and resume, a network partition and its heal, or a wall clock stepped and set "
+            "true again, one member at a time), then "
             "the history checker and the "
             "linearizability checker (which decides only for a store that promises "
             "linearizability). Exit status: 0 the store kept what it promises, 1 it did not, "
@@ -42,16 +52,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults",
         type=_faults,
-        default=FAULTS,
+        default=DEFAULT_FAULTS,
         metavar="KIND,KIND",
         help=(
-            f"the faults the nemesis draws among, the seed choosing (default {','.join(FAULTS)}):"
+            "the faults the nemesis draws among, the seed choosing (default "
+            f"{','.join(DEFAULT_FAULTS)}):"
             " kill (kill -9, then a restart on its data), pause (SIGSTOP, then SIGCONT),"
             " partition (the member, for Redis its server and sentinel, cut off from the"
             " other members both ways while the clients still reach it, then healed; needs"
             " root and iptables, and runs the members under group ids"
-            f" {GID_BASE}+member; where it cannot, the run says so and draws the others)."
-            " With kill,pause a seed draws the schedule it drew before partitions existed"
+            f" {GID_BASE}+member; where it cannot, the run says so and draws the others),"
+            " clock (the member's wall clock, for Redis its server's and its sentinel's,"
+            f" stepped by one of {', '.join(f'{offset:+.0f}' for offset in CLOCK_OFFSETS)} s"
+            f" for {CLOCK_FOR[0]:g} to {CLOCK_FOR[1]:g} s, then true again: libfaketime"
+            " preloaded, which cannot reach a Go program such as etcd; where it cannot,"
+            " the run says so and draws the others)."
+            " With kill,pause a seed draws the schedule it drew before partitions existed,"
+            " with the default the one it drew before clock faults existed"
         ),
     )
     parser.add_argument(
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(details)
     print(f"members' data and logs: {folder}")
     again = " --at-leader" if args.at_leader else ""
-    if tuple(args.faults) != FAULTS:
+    if tuple(args.faults) != DEFAULT_FAULTS:
         again += f" --faults {','.join(args.faults)}"
     which = f"--adapter {args.adapter}" if args.adapter else args.store
     print(f"rerun: python -m dht.conformance.adapters {which} --seconds {args.seconds:g} "

@@ -13,6 +13,11 @@ a put etcd acknowledged is a PUT answered 201, a delete a DELETE answered 202, a
 a GET answered 200 with the value or 404. An error etcd answered (no leader, a request
 timed out) is a 503: for a write, indeterminate, as Raft may still commit it; no answer
 at all is recorded as none.
+
+Its members' clocks cannot be stepped here: asked for clock faults, the adapter starts
+them under the fake clock (`clock.Clocks`), whose own check of the running processes
+finds etcd a Go program, which reads the time where libfaketime cannot reach it; the
+run says so and draws the other faults.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import signal
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.clock import Clocks
 from dht.conformance.adapters.partition import Partitions
 from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.conformance.http_client import request
@@ -52,14 +58,18 @@ class EtcdMember:
         self.peer_url = f"http://127.0.0.1:{peer_port}"
         self.process: Process | None = None
 
-    def start(self, initial_cluster: str, group: int | None = None) -> None:
+    def start(
+        self,
+        initial_cluster: str,
+        group: int | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> None:
         binary = etcd_binary()
         if binary is None:
             raise FileNotFoundError("etcd not found: apt-get install etcd-server")
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.process = spawn(
-            [binary, *self._flags(initial_cluster)], self.folder.with_suffix(".log"), group
-        )
+        log = self.folder.with_suffix(".log")
+        self.process = spawn([binary, *self._flags(initial_cluster)], log, group, environment)
 
     def _flags(self, initial_cluster: str) -> list[str]:
         flags = {
@@ -125,11 +135,14 @@ class EtcdCluster:
         # A member cut off loses both its ports: the peers' Raft streams, and any call
         # a member makes to another's client port.
         self._partitions = Partitions([member.ports for member in self.members])
+        self._clocks = Clocks(folder, size)
 
     def start(self) -> None:
         self._partitions.install()
         for index, member in enumerate(self.members):
-            member.start(self._initial, self._partitions.group(index))
+            member.start(
+                self._initial, self._partitions.group(index), self._clocks.environment(index)
+            )
         deadline = time.monotonic() + START_DEADLINE
         for member in self.members:
             member.wait_healthy(deadline)
@@ -138,6 +151,7 @@ class EtcdCluster:
         try:
             for member in self.members:
                 member.kill()
+                self._clocks.release(member.process)
         finally:
             self._partitions.remove()
 
@@ -162,11 +176,12 @@ class EtcdCluster:
 
     def kill(self, index: int) -> None:
         self.members[index].kill()
+        self._clocks.release(self.members[index].process)
 
     def restart(self, index: int) -> None:
         member = self.members[index]
         # On its data: the cluster flags are ignored then.
-        member.start(self._initial, self._partitions.group(index))
+        member.start(self._initial, self._partitions.group(index), self._clocks.environment(index))
 
     def pause(self, index: int) -> None:
         send(self.members[index].process, signal.SIGSTOP)
@@ -182,6 +197,18 @@ class EtcdCluster:
 
     def heal(self, index: int) -> None:
         self._partitions.heal(index)
+
+    def prepare_clocks(self) -> str | None:
+        return self._clocks.prepare()
+
+    def clocks_unreached(self) -> str | None:
+        """Why a step would not reach the members (a Go program's clock: it always
+        would not, but the fake clock's own check says so, not this adapter)."""
+        return self._clocks.unreached([[member.process] for member in self.members])
+
+    def step_clock(self, index: int, seconds: float) -> None:
+        """Never asked once `clocks_unreached` said why not; here for the protocol."""
+        self._clocks.step(index, seconds)
 
     # -- the clients' operations --------------------------------------------------------
 

@@ -15,6 +15,12 @@ data and logs, and must have
   it) and `heal(i)`; `dht.conformance.adapters.partition` makes them for members that
   are processes on this machine (the etcd and Redis adapters use it). Without them the
   nemesis draws no partition, and the run says so;
+- if it can: `prepare_clocks()` (asked before `start`: None, or why it cannot here),
+  `clocks_unreached()` (asked once started: None, or why a step would not reach a
+  member) and `step_clock(i, seconds)` (member `i`'s wall clock that far off the true
+  time, 0 setting it true); `dht.conformance.adapters.clock` makes them for processes
+  that read the time through the C library. Without them the nemesis draws no clock
+  fault, and the run says so;
 - `attempt(i, kind, key, value, timeout, name)`: one operation through member `i`,
   from several client threads at once, returned as a `dht.history.operation.Op` in the
   course API's terms: a PUT the store acknowledged has status 201, a DELETE 202, a GET

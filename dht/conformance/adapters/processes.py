@@ -1,22 +1,33 @@
 """The processes of an adapter's members: started with their output in a log file
-(and a group id of their member's, where the run partitions), signalled only while they
-run, and killed at once even when paused."""
+(and a group id of their member's, where the run partitions; a fake clock's preload,
+where it steps clocks), signalled only while they run, and killed at once even when
+paused."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 Process = subprocess.Popen[bytes]
 
 
-def spawn(argv: Sequence[str], log: Path, group: int | None = None) -> Process:
+def spawn(
+    argv: Sequence[str],
+    log: Path,
+    group: int | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> Process:
     """`argv` started, its output (both streams) appended to `log`; under the group id
-    `group` if given (by which `partition.Partitions` knows a member's traffic)."""
+    `group` if given (by which `partition.Partitions` knows a member's traffic), with
+    `environment` added to this process's (`clock.Clocks`'s preload)."""
+    env = None if environment is None else os.environ | dict(environment)
     with open(log, "ab") as output:
-        return subprocess.Popen(list(argv), stdout=output, stderr=subprocess.STDOUT, group=group)
+        return subprocess.Popen(
+            list(argv), stdout=output, stderr=subprocess.STDOUT, group=group, env=env
+        )
 
 
 def send(process: Process | None, signum: signal.Signals) -> None:

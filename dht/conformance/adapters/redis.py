@@ -15,6 +15,16 @@ primary learns it was replaced, becomes a replica of the new one and drops those
 Had each sentinel stayed with every server, the majority's would not see the primary go
 silent, and nothing would fail over.
 
+A clock fault steps a member's wall clock the same way, in its server and its sentinel
+(`clock.Clocks`: libfaketime, which can reach Redis as it reads the time through
+glibc). Redis's documentation says Sentinel depends on the computer's time: a sentinel
+that sees its clock jump (or that was stalled) enters its TILT mode for 30 s, in which
+it watches but takes no part in a failover. Whether libfaketime runs Redis at all is
+tried before the run (`prepare_clocks`): a redis-server started under it must answer
+TIME with its offset; where it does not (Debian 12's libfaketime 0.9.10 hangs Debian's
+redis-server, linked with jemalloc, at its start), the run says so and draws the other
+faults.
+
 The clients do what a Sentinel-aware client does: they send every operation to the
 primary they know, and ask a sentinel (the one of the member they were given) for the
 primary again after an error or a silence. Each answer is recorded in the course API's
@@ -36,9 +46,11 @@ import threading
 import time
 from pathlib import Path
 
+from dht.conformance.adapters.clock import Clocks
 from dht.conformance.adapters.partition import Partitions
 from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.history.operation import Kind, Op
+from dht.testbed.fake_clock import PROBE_OFFSET, PROBE_TOLERANCE
 from dht.testbed.toxiproxy import free_ports
 
 MASTER = "dht"
@@ -48,6 +60,9 @@ START_DEADLINE = 20.0
 DOWN_AFTER_MS = 500
 FAILOVER_TIMEOUT_MS = 3000
 WAIT_MS = 500  # how long `WAIT 1` waits for a replica
+# How long a redis-server started under the fake clock has to answer TIME, for the
+# run to step the members' clocks (it answers in a few milliseconds when it can).
+CLOCK_PROBE_DEADLINE = 5.0
 
 
 def redis_binaries() -> tuple[str, str] | None:
@@ -117,6 +132,7 @@ class RedisCluster:
         self.ports, self.sentinel_ports = ports[:3], ports[3:]
         self.members = [f"m{index}" for index in range(3)]
         self._partitions = Partitions(list(zip(self.ports, self.sentinel_ports, strict=True)))
+        self._clocks = Clocks(folder, 3)
         self._servers: list[Process | None] = [None, None, None]
         self._sentinels: list[Process] = []
         self._primary: int | None = None  # the port the clients send to, as last learnt
@@ -145,8 +161,8 @@ class RedisCluster:
                 f"sentinel parallel-syncs {MASTER} 1\n"
             )
             log = self.folder / f"sentinel{index}.log"
-            group = self._partitions.group(index)
-            self._sentinels.append(spawn([binaries[1], str(conf)], log, group))
+            group, environment = self._partitions.group(index), self._clocks.environment(index)
+            self._sentinels.append(spawn([binaries[1], str(conf)], log, group, environment))
         for port in self.sentinel_ports:
             self._wait_answering(port, deadline)
         self._wait_replicas_synced(deadline)
@@ -164,7 +180,12 @@ class RedisCluster:
         if index != 0:
             flags += ["--replicaof", "127.0.0.1", str(self.ports[0])]
         log = self.folder / f"{self.members[index]}.log"
-        self._servers[index] = spawn([binaries[0], *flags], log, self._partitions.group(index))
+        self._servers[index] = spawn(
+            [binaries[0], *flags],
+            log,
+            self._partitions.group(index),
+            self._clocks.environment(index),
+        )
 
     def _wait_answering(self, port: int, deadline: float) -> None:
         while True:
@@ -193,6 +214,7 @@ class RedisCluster:
         try:
             for process in [*self._servers, *self._sentinels]:
                 kill_now(process)
+                self._clocks.release(process)
         finally:
             self._partitions.remove()
 
@@ -217,6 +239,7 @@ class RedisCluster:
 
     def kill(self, index: int) -> None:
         kill_now(self._servers[index])
+        self._clocks.release(self._servers[index])
 
     def restart(self, index: int) -> None:
         """On its data, with the flags it first had: a former primary comes back as a
@@ -238,6 +261,60 @@ class RedisCluster:
 
     def heal(self, index: int) -> None:
         self._partitions.heal(index)
+
+    def prepare_clocks(self) -> str | None:
+        """None once a redis-server under the fake clock answered TIME with the offset
+        it was given, else why not: the fake clock's own reason, or what the server
+        did (and libfaketime's own words, from its log)."""
+        return self._clocks.prepare(self._probe_clock)
+
+    def _probe_clock(self) -> str | None:
+        binaries = redis_binaries()
+        if binaries is None:
+            return "redis not found: apt-get install redis-server redis-sentinel"
+        folder = self.folder / "clock-probe"
+        folder.mkdir(parents=True, exist_ok=True)
+        log = self.folder / "clock-probe.log"
+        (port,) = free_ports(1)
+        flags = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--save", ""]
+        self._clocks.step(0, PROBE_OFFSET)
+        probe = spawn([binaries[0], *flags], log, None, self._clocks.environment(0))
+        shown = None
+        try:
+            deadline = time.monotonic() + CLOCK_PROBE_DEADLINE
+            while shown is None and time.monotonic() < deadline and probe.poll() is None:
+                try:
+                    reply = call(port, 1.0, (b"TIME",))[0]
+                except (OSError, RedisError):
+                    time.sleep(0.05)
+                    continue
+                if isinstance(reply, list) and len(reply) == 2:
+                    shown = int(reply[0]) + int(reply[1]) / 1e6 - time.time()
+        finally:
+            kill_now(probe)
+            self._clocks.release(probe)
+            self._clocks.step(0, 0.0)
+        if shown is None:
+            said = [line for line in log.read_text(errors="replace").splitlines() if line]
+            its = [line for line in said if line.startswith("libfaketime")][:2] or said[-1:]
+            words = " ".join(its) or "nothing"
+            return (
+                f"redis-server under libfaketime did not answer TIME in "
+                f"{CLOCK_PROBE_DEADLINE:g} s (its log: {words})"
+            )
+        if abs(shown - PROBE_OFFSET) > PROBE_TOLERANCE:
+            return (
+                f"redis-server under libfaketime shows its clock {shown:+.0f} s off, "
+                f"not {PROBE_OFFSET:+.0f}"
+            )
+        return None
+
+    def clocks_unreached(self) -> str | None:
+        return self._clocks.unreached(list(zip(self._servers, self._sentinels, strict=True)))
+
+    def step_clock(self, index: int, seconds: float) -> None:
+        """Server `index`'s wall clock and its sentinel's `seconds` off the true time."""
+        self._clocks.step(index, seconds)
 
     # -- the clients' operations --------------------------------------------------------
 

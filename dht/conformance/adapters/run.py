@@ -1,9 +1,9 @@
 """One graded run of an adapter's store: concurrent clients on a few keys, a seeded
-nemesis that kills and restarts, pauses and resumes, or cuts off and heals one member at
-a time, then, with every member back, a final read of each key; the history judged by
-the history checker (acknowledged writes lost, reads stale, values from nowhere) and by
-the linearizability checker, whose verdict decides only for a store that promises
-linearizability.
+nemesis that kills and restarts, pauses and resumes, cuts off and heals, or steps the
+wall clock of one member at a time and sets it true again, then, with every member
+back, a final read of each key; the history judged by the history checker (acknowledged
+writes lost, reads stale, values from nowhere) and by the linearizability checker, whose
+verdict decides only for a store that promises linearizability.
 
 The run is the kit's for a store it does not know: the same clients (`traffic.Clients`),
 the same checkers, the verdicts in the course API's terms. A seed fixes the clients'
@@ -40,10 +40,20 @@ BETWEEN_FAULTS = (0.5, 2.0)
 # it confirms once a second) it is a slow link more than a split, and a failover a heal
 # cuts short is not tried again for a while (Sentinel: twice its failover timeout).
 PARTITION_FOR = (2.0, 5.0)
+# A member's wall clock is this far off the true time (seconds, negative: behind), one
+# drawn per clock fault: from a few seconds (more than Sentinel's 2 s between two looks
+# at its clock, which it takes for a stall or a step) to minutes (more than Redis's 60 s
+# replication timeout). It stays off as long as a partition lasts.
+CLOCK_OFFSETS = (-120.0, -30.0, -5.0, 5.0, 30.0, 120.0)
+CLOCK_FOR = PARTITION_FOR
 # The faults the nemesis draws among, as `--faults` names them: a member killed with
-# SIGKILL and restarted on its data, paused with SIGSTOP and resumed, or cut off from
-# the other members by a network partition (the clients still reach it) and healed.
-FAULTS = ("kill", "pause", "partition")
+# SIGKILL and restarted on its data, paused with SIGSTOP and resumed, cut off from the
+# other members by a network partition (the clients still reach it) and healed, or its
+# wall clock stepped ahead or behind and set true again.
+FAULTS = ("kill", "pause", "partition", "clock")
+# Those drawn unless `--faults` says otherwise: without clock faults, a seed draws the
+# schedule it drew before they existed (and the verdicts measured then stand).
+DEFAULT_FAULTS = ("kill", "pause", "partition")
 # How long the final read of a key retries while the store has no answer (a leader
 # still being elected after the last fault).
 FINAL_DEADLINE = 20.0
@@ -96,6 +106,24 @@ class Partitionable(Protocol):
     def heal(self, index: int) -> None: ...
 
 
+@runtime_checkable
+class Skewable(Protocol):
+    """What a store whose members' wall clocks can be stepped adds (`clock.Clocks`
+    makes them for members that are processes on this machine). `prepare_clocks` is
+    asked before `start`, once a run wants clock faults: None if this machine can step
+    them, else why not; `clocks_unreached` once it started: None if a step reaches
+    every process of every member, else why not (a program that reads the clock where
+    the fake clock cannot reach it). Either way the run says why and draws the others."""
+
+    def prepare_clocks(self) -> str | None: ...
+
+    def clocks_unreached(self) -> str | None: ...
+
+    def step_clock(self, index: int, seconds: float) -> None:
+        """Member `index`'s wall clock `seconds` off the true time (negative: behind;
+        0: true again) until the next step; its monotonic clock untouched."""
+
+
 @dataclass
 class AdapterRun:
     store: str
@@ -145,7 +173,7 @@ def run_store(
     seconds: float,
     seed: int,
     at_leader: bool = False,
-    faults: Sequence[str] = FAULTS,
+    faults: Sequence[str] = DEFAULT_FAULTS,
 ) -> AdapterRun:
     """Starts `store`, runs the clients and the nemesis for `seconds`, heals, reads every
     key, stops the store and judges the history. `at_leader`: every fault strikes the
@@ -158,6 +186,7 @@ def run_store(
     kinds = _drawable(store, faults, run.not_drawn)
     try:
         store.start()
+        _drop_unreached_clocks(store, kinds, run.not_drawn)
 
         def send(index: int, kind: Kind, key: str, value: bytes | None, timeout: float,
                  ttl: int | None = None, node_name: str | None = None,
@@ -195,9 +224,32 @@ def _drawable(store: Store, wanted: Sequence[str], not_drawn: list[str]) -> list
         if why is not None:
             kinds.remove("partition")
             not_drawn.append(f"partition: {why}")
+    if "clock" in kinds:
+        if not isinstance(store, Skewable):
+            why = f"{store.name}'s adapter has no step_clock(i, seconds)"
+        else:
+            why = store.prepare_clocks()
+        if why is not None:
+            kinds.remove("clock")
+            not_drawn.append(f"clock: {why}")
     if not kinds:
         raise ValueError(f"no fault the nemesis can draw: {'; '.join(not_drawn)}")
     return kinds
+
+
+def _drop_unreached_clocks(store: Store, kinds: list[str], not_drawn: list[str]) -> None:
+    """Clock faults dropped from `kinds` once the store runs, if a step would not reach
+    every member's processes (what only running processes tell): the run says why."""
+    if "clock" not in kinds:
+        return
+    assert isinstance(store, Skewable)
+    why = store.clocks_unreached()
+    if why is None:
+        return
+    kinds.remove("clock")
+    not_drawn.append(f"clock: {why}")
+    if not kinds:
+        raise ValueError(f"no fault the nemesis can draw: {'; '.join(not_drawn)}")
 
 
 def _nemesis(
@@ -209,10 +261,12 @@ def _nemesis(
     kinds: Sequence[str],
 ) -> None:
     """One fault of `kinds` at a time on one member, each healed before the next: kill
-    -9 then a restart on its data, a pause (SIGSTOP) then a resume, or a partition that
-    cuts the member off from the others then heals. The draws are those of the runs
-    before partitions were among the faults: with kill and pause alone, a seed still
-    draws the schedule it drew then."""
+    -9 then a restart on its data, a pause (SIGSTOP) then a resume, a partition that
+    cuts the member off from the others then heals, or its wall clock stepped then set
+    true. The draws are those of the runs before partitions and clock steps were among
+    the faults (a clock fault's offset is drawn only for it): with kill and pause alone,
+    a seed still draws the schedule it drew then, and with kill, pause and partition the
+    one it drew before clock faults."""
     t0 = time.monotonic()
     while time.monotonic() < until:
         time.sleep(rng.uniform(*BETWEEN_FAULTS))
@@ -225,7 +279,7 @@ def _nemesis(
         at = time.monotonic() - t0
         which = f"m{index}" + (" (the leader)" if leader is not None else "")
         kind = kinds[int(rng.random() * len(kinds))]
-        shortest, longest = PARTITION_FOR if kind == "partition" else FAULT_FOR
+        shortest, longest = {"partition": PARTITION_FOR, "clock": CLOCK_FOR}.get(kind, FAULT_FOR)
         lasting = shortest + (longest - shortest) * drawn  # as random.uniform computes it
         if kind == "kill":
             faults.append(f"{at:.1f} s: kill -9 {which}, restarted {lasting:.1f} s later")
@@ -237,7 +291,7 @@ def _nemesis(
             store.pause(index)
             time.sleep(lasting)
             store.resume(index)
-        else:
+        elif kind == "partition":
             assert isinstance(store, Partitionable)
             faults.append(f"{at:.1f} s: partition {which} from the others for {lasting:.1f} s")
             store.partition(index)
@@ -245,6 +299,15 @@ def _nemesis(
                 time.sleep(lasting)
             finally:
                 store.heal(index)
+        else:
+            assert isinstance(store, Skewable)
+            offset = rng.choice(CLOCK_OFFSETS)
+            faults.append(f"{at:.1f} s: clock of {which} {offset:+.0f} s for {lasting:.1f} s")
+            store.step_clock(index, offset)
+            try:
+                time.sleep(lasting)
+            finally:
+                store.step_clock(index, 0.0)
 
 
 def _final_reads(store: Store, keys: list[str]) -> tuple[dict[str, bytes | None], list[Op]]:
