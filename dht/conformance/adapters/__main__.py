@@ -15,6 +15,7 @@ from dht.conformance.adapters.run import (
     CLOCK_FOR,
     CLOCK_OFFSETS,
     DEFAULT_FAULTS,
+    FAULT_FOR,
     FAULTS,
     load_adapter,
     run_store,
@@ -28,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         description=textwrap.fill(
             "Grade a store the kit has an adapter for: a cluster of it on loopback ports, "
             "concurrent clients on a few keys, a seeded nemesis (kill -9 and restart, pause "
-            "and resume, a network partition and its heal, or a wall clock stepped and set "
-            "true again, one member at a time), then "
+            "and resume, a network partition and its heal, a wall clock stepped and set "
+            "true again, or a power cut and a restart, one member at a time), then "
             "the history checker and the "
             "linearizability checker (which decides only for a store that promises "
             "linearizability). Exit status: 0 the store kept what it promises, 1 it did not, "
@@ -66,9 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             f" stepped by one of {', '.join(f'{offset:+.0f}' for offset in CLOCK_OFFSETS)} s"
             f" for {CLOCK_FOR[0]:g} to {CLOCK_FOR[1]:g} s, then true again: libfaketime"
             " preloaded, which cannot reach a Go program such as etcd; where it cannot,"
-            " the run says so and draws the others)."
+            " the run says so and draws the others),"
+            " power (every process of the member killed with SIGKILL at once, what its"
+            " data folder had not fsynced dropped, then restarted on what is left"
+            f" {FAULT_FOR[0]:g} to {FAULT_FOR[1]:g} s later: each member's folder a mount"
+            " of the lazy filesystem, which needs root and FUSE; where it cannot, the run"
+            " says so and draws the others)."
             " With kill,pause a seed draws the schedule it drew before partitions existed,"
-            " with the default the one it drew before clock faults existed"
+            " with the default the one it drew before clock faults existed, with"
+            " kill,pause,partition,clock the one it drew before power cuts existed"
         ),
     )
     parser.add_argument(

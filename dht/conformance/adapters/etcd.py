@@ -18,6 +18,10 @@ Its members' clocks cannot be stepped here: asked for clock faults, the adapter 
 them under the fake clock (`clock.Clocks`), whose own check of the running processes
 finds etcd a Go program, which reads the time where libfaketime cannot reach it; the
 run says so and draws the other faults.
+
+A power cut (`power.Power`) kills the member's one process and drops what its data
+folder, a mount of the lazy filesystem, had not fsynced: etcd fsyncs its WAL before it
+answers a write, so its members should come back with every write they acknowledged.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from pathlib import Path
 
 from dht.conformance.adapters.clock import Clocks
 from dht.conformance.adapters.partition import Partitions
+from dht.conformance.adapters.power import Power
 from dht.conformance.adapters.processes import Process, kill_now, send, spawn
 from dht.conformance.http_client import request
 from dht.history.operation import Kind, Op
+from dht.testbed.page_cache import Unsynced
 from dht.testbed.toxiproxy import free_ports
 
 # How long a member may take to answer its /health once started.
@@ -136,9 +142,11 @@ class EtcdCluster:
         # a member makes to another's client port.
         self._partitions = Partitions([member.ports for member in self.members])
         self._clocks = Clocks(folder, size)
+        self._power = Power([member.folder for member in self.members])
 
     def start(self) -> None:
         self._partitions.install()
+        self._power.mount()
         for index, member in enumerate(self.members):
             member.start(
                 self._initial, self._partitions.group(index), self._clocks.environment(index)
@@ -153,7 +161,10 @@ class EtcdCluster:
                 member.kill()
                 self._clocks.release(member.process)
         finally:
-            self._partitions.remove()
+            try:
+                self._partitions.remove()
+            finally:
+                self._power.unmount()
 
     # -- the nemesis's controls ---------------------------------------------------------
 
@@ -209,6 +220,14 @@ class EtcdCluster:
     def step_clock(self, index: int, seconds: float) -> None:
         """Never asked once `clocks_unreached` said why not; here for the protocol."""
         self._clocks.step(index, seconds)
+
+    def prepare_power(self) -> str | None:
+        return self._power.prepare()
+
+    def power_cut(self, index: int) -> Unsynced:
+        """The member's process killed, then its folder's unsynced writes dropped."""
+        self.kill(index)
+        return self._power.cut(index)
 
     # -- the clients' operations --------------------------------------------------------
 

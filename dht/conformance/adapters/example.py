@@ -21,6 +21,13 @@ data and logs, and must have
   time, 0 setting it true); `dht.conformance.adapters.clock` makes them for processes
   that read the time through the C library. Without them the nemesis draws no clock
   fault, and the run says so;
+- if it can: `prepare_power()` (asked before `start`: None, or why it cannot here;
+  then its members' data folders are mounts made before `start` and taken away by
+  `stop`) and `power_cut(i)` (every process of member `i` killed with SIGKILL at once,
+  then what its data had not fsynced dropped, returned as `Unsynced`), after which
+  `restart(i)` brings the whole member back; `dht.conformance.adapters.power` makes the
+  mounts and the cuts for members whose data is a folder on this machine. Without them
+  the nemesis draws no power cut, and the run says so;
 - `attempt(i, kind, key, value, timeout, name)`: one operation through member `i`,
   from several client threads at once, returned as a `dht.history.operation.Op` in the
   course API's terms: a PUT the store acknowledged has status 201, a DELETE 202, a GET

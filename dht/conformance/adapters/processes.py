@@ -1,7 +1,7 @@
 """The processes of an adapter's members: started with their output in a log file
 (and a group id of their member's, where the run partitions; a fake clock's preload,
 where it steps clocks), signalled only while they run, and killed at once even when
-paused."""
+paused; or all of a member's at once, as a power cut stops them."""
 
 from __future__ import annotations
 
@@ -38,7 +38,15 @@ def send(process: Process | None, signum: signal.Signals) -> None:
 
 def kill_now(process: Process | None) -> None:
     """kill -9, reaped: a paused process is let run first, so that it dies at once."""
-    if process is not None and process.poll() is None:
+    kill_all_now([process])
+
+
+def kill_all_now(processes: Sequence[Process | None]) -> None:
+    """kill -9 to each of `processes` that runs, one right after the other (as a power
+    cut stops them), then each reaped."""
+    running = [process for process in processes if process is not None and process.poll() is None]
+    for process in running:
         process.send_signal(signal.SIGCONT)
         process.kill()
+    for process in running:
         process.wait()

@@ -33,12 +33,26 @@ terms: SET answered OK is a PUT answered 201, DEL a DELETE answered 202, GET a 2
 a 503; no answer is none. Every member appends each write to its own file and fsyncs
 it once a second (`appendonly yes`, Redis's default `appendfsync everysec`).
 
+A power cut (`power.Power`) kills a member's server and its sentinel at once, then drops
+what the member's folder (a mount of the lazy filesystem, holding the server's
+append-only file and the sentinel's configuration) had not fsynced; both restart on
+what is left. With `appendfsync everysec` and no snapshots (`save ""`), a server's file
+holds its writes up to its last fsync, up to a second or two old: a primary whose power
+is cut comes back without the writes it acknowledged since. They survive only where a
+replica had them (it replicates asynchronously, usually within milliseconds) and that
+replica's copy wins: a replica the sentinels promote while the primary is down keeps
+them, and the old primary becomes its replica; a primary back before the sentinels
+agree it is down stays primary and its replicas resynchronize from its shorter copy,
+dropping them. Sentinel fsyncs its configuration whenever it rewrites it, and so does
+this adapter when it writes the first one.
+
 `wait`: each SET and DEL is followed by `WAIT 1`, and acknowledged only once a replica
 has it; Redis still does not promise it survives a failover.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -48,9 +62,11 @@ from pathlib import Path
 
 from dht.conformance.adapters.clock import Clocks
 from dht.conformance.adapters.partition import Partitions
-from dht.conformance.adapters.processes import Process, kill_now, send, spawn
+from dht.conformance.adapters.power import Power
+from dht.conformance.adapters.processes import Process, kill_all_now, kill_now, send, spawn
 from dht.history.operation import Kind, Op
 from dht.testbed.fake_clock import PROBE_OFFSET, PROBE_TOLERANCE
+from dht.testbed.page_cache import Unsynced
 from dht.testbed.toxiproxy import free_ports
 
 MASTER = "dht"
@@ -133,8 +149,10 @@ class RedisCluster:
         self.members = [f"m{index}" for index in range(3)]
         self._partitions = Partitions(list(zip(self.ports, self.sentinel_ports, strict=True)))
         self._clocks = Clocks(folder, 3)
+        # Each member's folder holds its server's data and its sentinel's configuration.
+        self._power = Power([folder / member for member in self.members])
         self._servers: list[Process | None] = [None, None, None]
-        self._sentinels: list[Process] = []
+        self._sentinels: list[Process | None] = [None, None, None]
         self._primary: int | None = None  # the port the clients send to, as last learnt
         self._lock = threading.Lock()
 
@@ -146,23 +164,14 @@ class RedisCluster:
             raise FileNotFoundError("redis not found: apt-get install redis-server redis-sentinel")
         self.folder.mkdir(parents=True, exist_ok=True)
         self._partitions.install()
+        self._power.mount()
         for index in range(3):
             self._start_server(index)
         deadline = time.monotonic() + START_DEADLINE
         for port in self.ports:
             self._wait_answering(port, deadline)
-        for index, port in enumerate(self.sentinel_ports):
-            conf = self.folder / f"sentinel{index}.conf"
-            conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {self.folder}\n"
-                f"sentinel monitor {MASTER} 127.0.0.1 {self.ports[0]} 2\n"
-                f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
-                f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
-                f"sentinel parallel-syncs {MASTER} 1\n"
-            )
-            log = self.folder / f"sentinel{index}.log"
-            group, environment = self._partitions.group(index), self._clocks.environment(index)
-            self._sentinels.append(spawn([binaries[1], str(conf)], log, group, environment))
+        for index in range(3):
+            self._start_sentinel(index)
         for port in self.sentinel_ports:
             self._wait_answering(port, deadline)
         self._wait_replicas_synced(deadline)
@@ -186,6 +195,29 @@ class RedisCluster:
             self._partitions.group(index),
             self._clocks.environment(index),
         )
+
+    def _start_sentinel(self, index: int) -> None:
+        """Member `index`'s sentinel, on the configuration it last wrote if it has one
+        (Sentinel rewrites it with what it learns: the primary, the other sentinels)."""
+        binaries = redis_binaries()
+        assert binaries is not None
+        folder = self.folder / self.members[index]
+        conf = folder / "sentinel.conf"
+        if not conf.exists():
+            text = (
+                f"port {self.sentinel_ports[index]}\nbind 127.0.0.1\ndir {folder}\n"
+                f"sentinel monitor {MASTER} 127.0.0.1 {self.ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel parallel-syncs {MASTER} 1\n"
+            )
+            with open(conf, "w") as written:  # on disk, as a deployed one would be
+                written.write(text)
+                written.flush()
+                os.fsync(written.fileno())
+        log = self.folder / f"sentinel{index}.log"
+        group, environment = self._partitions.group(index), self._clocks.environment(index)
+        self._sentinels[index] = spawn([binaries[1], str(conf)], log, group, environment)
 
     def _wait_answering(self, port: int, deadline: float) -> None:
         while True:
@@ -216,7 +248,10 @@ class RedisCluster:
                 kill_now(process)
                 self._clocks.release(process)
         finally:
-            self._partitions.remove()
+            try:
+                self._partitions.remove()
+            finally:
+                self._power.unmount()
 
     # -- the nemesis's controls ---------------------------------------------------------
 
@@ -243,8 +278,12 @@ class RedisCluster:
 
     def restart(self, index: int) -> None:
         """On its data, with the flags it first had: a former primary comes back as a
-        primary, until the sentinels make it a replica of the one they promoted."""
+        primary, until the sentinels make it a replica of the one they promoted. Its
+        sentinel too, if it is down (after a power cut)."""
         self._start_server(index)
+        sentinel = self._sentinels[index]
+        if sentinel is not None and sentinel.poll() is not None:
+            self._start_sentinel(index)
 
     def pause(self, index: int) -> None:
         send(self._servers[index], signal.SIGSTOP)
@@ -315,6 +354,18 @@ class RedisCluster:
     def step_clock(self, index: int, seconds: float) -> None:
         """Server `index`'s wall clock and its sentinel's `seconds` off the true time."""
         self._clocks.step(index, seconds)
+
+    def prepare_power(self) -> str | None:
+        return self._power.prepare()
+
+    def power_cut(self, index: int) -> Unsynced:
+        """Server `index` and its sentinel killed at once, then what their folder had
+        not fsynced dropped."""
+        processes = [self._servers[index], self._sentinels[index]]
+        kill_all_now(processes)
+        for process in processes:
+            self._clocks.release(process)
+        return self._power.cut(index)
 
     # -- the clients' operations --------------------------------------------------------
 

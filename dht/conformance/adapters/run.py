@@ -1,9 +1,10 @@
 """One graded run of an adapter's store: concurrent clients on a few keys, a seeded
-nemesis that kills and restarts, pauses and resumes, cuts off and heals, or steps the
-wall clock of one member at a time and sets it true again, then, with every member
-back, a final read of each key; the history judged by the history checker (acknowledged
-writes lost, reads stale, values from nowhere) and by the linearizability checker, whose
-verdict decides only for a store that promises linearizability.
+nemesis that kills and restarts, pauses and resumes, cuts off and heals, steps the
+wall clock of, or cuts the power of one member at a time and sets it right again, then,
+with every member back, a final read of each key; the history judged by the history
+checker (acknowledged writes lost, reads stale, values from nowhere) and by the
+linearizability checker, whose verdict decides only for a store that promises
+linearizability.
 
 The run is the kit's for a store it does not know: the same clients (`traffic.Clients`),
 the same checkers, the verdicts in the course API's terms. A seed fixes the clients'
@@ -25,6 +26,7 @@ from dht.history.checker import CLOCK_SLACK, check
 from dht.history.linearizability import LinearizabilityReport, check_linearizable
 from dht.history.operation import Kind, Op
 from dht.history.verdict import Report
+from dht.testbed.page_cache import Unsynced
 
 CLIENTS = 5
 KEYS = 3
@@ -48,11 +50,13 @@ CLOCK_OFFSETS = (-120.0, -30.0, -5.0, 5.0, 30.0, 120.0)
 CLOCK_FOR = PARTITION_FOR
 # The faults the nemesis draws among, as `--faults` names them: a member killed with
 # SIGKILL and restarted on its data, paused with SIGSTOP and resumed, cut off from the
-# other members by a network partition (the clients still reach it) and healed, or its
-# wall clock stepped ahead or behind and set true again.
-FAULTS = ("kill", "pause", "partition", "clock")
-# Those drawn unless `--faults` says otherwise: without clock faults, a seed draws the
-# schedule it drew before they existed (and the verdicts measured then stand).
+# other members by a network partition (the clients still reach it) and healed, its
+# wall clock stepped ahead or behind and set true again, or its power cut (every process
+# of it killed with SIGKILL at once, what its data folder had not fsynced dropped) and
+# restarted on what is left. A power cut is out as long as a kill (FAULT_FOR).
+FAULTS = ("kill", "pause", "partition", "clock", "power")
+# Those drawn unless `--faults` says otherwise: without clock and power faults, a seed
+# draws the schedule it drew before they existed (and the verdicts measured then stand).
 DEFAULT_FAULTS = ("kill", "pause", "partition")
 # How long the final read of a key retries while the store has no answer (a leader
 # still being elected after the last fault).
@@ -122,6 +126,22 @@ class Skewable(Protocol):
     def step_clock(self, index: int, seconds: float) -> None:
         """Member `index`'s wall clock `seconds` off the true time (negative: behind;
         0: true again) until the next step; its monotonic clock untouched."""
+
+
+@runtime_checkable
+class Powerable(Protocol):
+    """What a store whose members' power can be cut adds (`power.Power` makes it for
+    members whose data is a folder on this machine). `prepare_power` is asked before
+    `start`, once a run wants power faults: None if each member's data folder can be a
+    mount of the lazy filesystem here (the store then mounts them before it starts and
+    unmounts them when it stops), else why not (the run says so and draws the others).
+    After a cut, `restart(index)` brings the whole member back on what is left."""
+
+    def prepare_power(self) -> str | None: ...
+
+    def power_cut(self, index: int) -> Unsynced:
+        """Every process of member `index` killed with SIGKILL at once, then what its
+        data folder had not fsynced dropped: returned, as the lazy filesystem counts it."""
 
 
 @dataclass
@@ -232,6 +252,14 @@ def _drawable(store: Store, wanted: Sequence[str], not_drawn: list[str]) -> list
         if why is not None:
             kinds.remove("clock")
             not_drawn.append(f"clock: {why}")
+    if "power" in kinds:
+        if not isinstance(store, Powerable):
+            why = f"{store.name}'s adapter has no power_cut(i)"
+        else:
+            why = store.prepare_power()
+        if why is not None:
+            kinds.remove("power")
+            not_drawn.append(f"power: {why}")
     if not kinds:
         raise ValueError(f"no fault the nemesis can draw: {'; '.join(not_drawn)}")
     return kinds
@@ -262,11 +290,13 @@ def _nemesis(
 ) -> None:
     """One fault of `kinds` at a time on one member, each healed before the next: kill
     -9 then a restart on its data, a pause (SIGSTOP) then a resume, a partition that
-    cuts the member off from the others then heals, or its wall clock stepped then set
-    true. The draws are those of the runs before partitions and clock steps were among
-    the faults (a clock fault's offset is drawn only for it): with kill and pause alone,
-    a seed still draws the schedule it drew then, and with kill, pause and partition the
-    one it drew before clock faults."""
+    cuts the member off from the others then heals, its wall clock stepped then set
+    true, or its power cut then a restart on what its disk kept. The draws are those of
+    the runs before partitions, clock steps and power cuts were among the faults (a
+    clock fault's offset is drawn only for it, a power cut draws nothing of its own):
+    with kill and pause alone, a seed still draws the schedule it drew then, with kill,
+    pause and partition the one it drew before clock faults, and with those and clock
+    the one it drew before power cuts."""
     t0 = time.monotonic()
     while time.monotonic() < until:
         time.sleep(rng.uniform(*BETWEEN_FAULTS))
@@ -291,6 +321,15 @@ def _nemesis(
             store.pause(index)
             time.sleep(lasting)
             store.resume(index)
+        elif kind == "power":
+            assert isinstance(store, Powerable)
+            lost = store.power_cut(index)
+            faults.append(
+                f"{at:.1f} s: power cut {which} ({lost.bytes} unsynced bytes in {lost.files} "
+                f"files dropped), restarted {lasting:.1f} s later"
+            )
+            time.sleep(lasting)
+            store.restart(index)
         elif kind == "partition":
             assert isinstance(store, Partitionable)
             faults.append(f"{at:.1f} s: partition {which} from the others for {lasting:.1f} s")
