@@ -20,7 +20,7 @@ import pytest
 
 from dht.conformance.adapters import run as adapter_run
 from dht.conformance.adapters.__main__ import main
-from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
+from dht.conformance.adapters.etcd import EtcdCluster
 from dht.conformance.adapters.redis import RedisCluster, call, redis_binaries
 from dht.conformance.adapters.run import (
     CLOCK_OFFSETS,
@@ -31,17 +31,10 @@ from dht.conformance.adapters.run import (
 from dht.history.linearizability import Verdict
 from dht.history.operation import Kind, Op
 from dht.testbed import fake_clock
+from tests.conformance.adapter_stores import EXAMPLE, needs_etcd, needs_redis
 
 WHY_NOT = fake_clock.unavailable()
 needs_fake_clock = pytest.mark.skipif(WHY_NOT is not None, reason=f"no fake clock: {WHY_NOT}")
-needs_etcd = pytest.mark.skipif(
-    etcd_binary() is None, reason="etcd not found: `make test` installs etcd-server (as root)"
-)
-needs_redis = pytest.mark.skipif(
-    redis_binaries() is None,
-    reason="redis not found: `make test` installs redis-server and redis-sentinel (as root)",
-)
-EXAMPLE = Path(__file__).parents[2] / "dht" / "conformance" / "adapters" / "example.py"
 # How far a member's clock, read over the wire, may be from the true time plus its
 # offset: the call's round trip and the 2-core machine's load come in between.
 TOLERANCE = 2.0

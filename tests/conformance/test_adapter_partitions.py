@@ -18,23 +18,16 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.adapters.__main__ import main
-from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
+from dht.conformance.adapters.etcd import EtcdCluster
 from dht.conformance.adapters.partition import Partitions, iptables, member_gid, unavailable
-from dht.conformance.adapters.redis import RedisCluster, redis_binaries
+from dht.conformance.adapters.redis import RedisCluster
 from dht.conformance.adapters.run import load_adapter, run_store
 from dht.history.linearizability import Verdict
 from dht.testbed.toxiproxy import free_ports
+from tests.conformance.adapter_stores import EXAMPLE, needs_etcd, needs_redis
 
 WHY_NOT = unavailable()
 needs_partitions = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
-needs_etcd = pytest.mark.skipif(
-    etcd_binary() is None, reason="etcd not found: `make test` installs etcd-server (as root)"
-)
-needs_redis = pytest.mark.skipif(
-    redis_binaries() is None,
-    reason="redis not found: `make test` installs redis-server and redis-sentinel (as root)",
-)
-EXAMPLE = Path(__file__).parents[2] / "dht" / "conformance" / "adapters" / "example.py"
 # A child connecting as a member's process would: exit status 0 once connected.
 CONNECT = (
     "import socket, sys; "

@@ -17,24 +17,17 @@ from pathlib import Path
 import pytest
 
 from dht.conformance.adapters import run as adapter_run
-from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
-from dht.conformance.adapters.redis import RedisCluster, redis_binaries
+from dht.conformance.adapters.etcd import EtcdCluster
+from dht.conformance.adapters.redis import RedisCluster
 from dht.conformance.adapters.run import DEFAULT_FAULTS, load_adapter, run_store
 from dht.history.linearizability import Verdict
 from dht.testbed.page_cache import Unsynced
 from dht.testbed.power_loss import mounted, power_loss_unavailable
+from tests.conformance.adapter_stores import EXAMPLE, needs_etcd, needs_redis
 from tests.conformance.test_adapter_clock import SEED_1_DEFAULT_SCHEDULE, FakeTime, Struck
 
 WHY_NOT = power_loss_unavailable()
 needs_power = pytest.mark.skipif(WHY_NOT is not None, reason=f"no power cuts: {WHY_NOT}")
-needs_etcd = pytest.mark.skipif(
-    etcd_binary() is None, reason="etcd not found: `make test` installs etcd-server (as root)"
-)
-needs_redis = pytest.mark.skipif(
-    redis_binaries() is None,
-    reason="redis not found: `make test` installs redis-server and redis-sentinel (as root)",
-)
-EXAMPLE = Path(__file__).parents[2] / "dht" / "conformance" / "adapters" / "example.py"
 SECONDS = 10.0
 BACK_DEADLINE = 20.0  # for every member to answer again once the faults are over
 # What seed 1 drew in 30 s with kill, pause, partition and clock before power cuts

@@ -14,18 +14,12 @@ import pytest
 
 from dht.conformance.adapters.__main__ import main
 from dht.conformance.adapters.course_api import CourseApiCluster
-from dht.conformance.adapters.etcd import EtcdCluster, etcd_binary
-from dht.conformance.adapters.redis import RedisCluster, redis_binaries
+from dht.conformance.adapters.etcd import EtcdCluster
+from dht.conformance.adapters.redis import RedisCluster
 from dht.conformance.adapters.run import load_adapter, run_store
 from dht.history.linearizability import Verdict
+from tests.conformance.adapter_stores import EXAMPLE, needs_etcd, needs_redis
 
-needs_etcd = pytest.mark.skipif(
-    etcd_binary() is None, reason="etcd not found: `make test` installs etcd-server (as root)"
-)
-needs_redis = pytest.mark.skipif(
-    redis_binaries() is None,
-    reason="redis not found: `make test` installs redis-server and redis-sentinel (as root)",
-)
 SECONDS = 10.0
 # The faults of these runs; partitions have tests of their own (test_adapter_partitions.py).
 KILLS_AND_PAUSES = ("kill", "pause")
@@ -77,9 +71,6 @@ def test_redis_failing_over_under_faults_at_its_primary_loses_acknowledged_write
     missed = [*run.report.stale_reads, *run.report.resurrected]
     assert missed, run.summary() + "\n" + run.details()
     assert "acknowledged" in str(missed[0]), missed[0]
-
-
-EXAMPLE = Path(__file__).parents[2] / "dht" / "conformance" / "adapters" / "example.py"
 
 
 def test_a_users_adapter_file_is_graded_like_the_kits_own(tmp_path: Path) -> None:

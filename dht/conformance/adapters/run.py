@@ -228,6 +228,16 @@ def run_store(
     return run
 
 
+# The faults an adapter may lack: each kind, the protocol its store must meet, what it
+# then lacks (as the run says it), and the method that says whether this machine can
+# strike it (None) or why not, asked before the store starts.
+_OPTIONAL_FAULTS: tuple[tuple[str, type, str, str], ...] = (
+    ("partition", Partitionable, "partition(i) and heal(i)", "prepare_partitions"),
+    ("clock", Skewable, "step_clock(i, seconds)", "prepare_clocks"),
+    ("power", Powerable, "power_cut(i)", "prepare_power"),
+)
+
+
 def _drawable(store: Store, wanted: Sequence[str], not_drawn: list[str]) -> list[str]:
     """The faults of `wanted` the nemesis can strike `store` with, in `FAULTS`'s order
     (the draw depends on it); why each other cannot be is added to `not_drawn`."""
@@ -236,30 +246,16 @@ def _drawable(store: Store, wanted: Sequence[str], not_drawn: list[str]) -> list
         named = f"not {', '.join(unknown)}" if unknown else "none given"
         raise ValueError(f"faults are among {', '.join(FAULTS)} ({named})")
     kinds = [kind for kind in FAULTS if kind in wanted]
-    if "partition" in kinds:
-        if not isinstance(store, Partitionable):
-            why: str | None = f"{store.name}'s adapter has no partition(i) and heal(i)"
+    for kind, protocol, lacking, prepare in _OPTIONAL_FAULTS:
+        if kind not in kinds:
+            continue
+        if isinstance(store, protocol):
+            why = getattr(store, prepare)()
         else:
-            why = store.prepare_partitions()
+            why = f"{store.name}'s adapter has no {lacking}"
         if why is not None:
-            kinds.remove("partition")
-            not_drawn.append(f"partition: {why}")
-    if "clock" in kinds:
-        if not isinstance(store, Skewable):
-            why = f"{store.name}'s adapter has no step_clock(i, seconds)"
-        else:
-            why = store.prepare_clocks()
-        if why is not None:
-            kinds.remove("clock")
-            not_drawn.append(f"clock: {why}")
-    if "power" in kinds:
-        if not isinstance(store, Powerable):
-            why = f"{store.name}'s adapter has no power_cut(i)"
-        else:
-            why = store.prepare_power()
-        if why is not None:
-            kinds.remove("power")
-            not_drawn.append(f"power: {why}")
+            kinds.remove(kind)
+            not_drawn.append(f"{kind}: {why}")
     if not kinds:
         raise ValueError(f"no fault the nemesis can draw: {'; '.join(not_drawn)}")
     return kinds
