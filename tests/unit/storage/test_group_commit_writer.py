@@ -91,13 +91,12 @@ async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
 async def test_a_storage_dropped_without_close_lets_its_data_dir_open_again(
     tmp_path: Path,
 ) -> None:
-    """batch_writer.py:72-78: the writer thread's frame holds its last job while it
-    waits on the queue; the job's `write`/`landed` partials reach the Storage (bound
-    methods of its GroupCommit, whose `_write` is the Storage's), so a Storage dropped
-    without `close` is never collected: its LevelDB stays open and locked, and its
-    thread alive, for the life of the process. Before the change (ThreadPoolExecutor,
-    which deletes each work item once run) it was collected and the folder opened
-    again. Nothing written is lost; a same-process reopen fails with "locked"."""
+    """A writer thread whose frame held its last job while it waited on the queue kept
+    the Storage alive through the job's `write`/`landed` partials (bound methods of its
+    GroupCommit, whose `_write` is the Storage's): a Storage dropped without `close`
+    was never collected, its LevelDB open and locked for the life of the process, so
+    opening the folder again failed with "locked" (the ThreadPoolExecutor before it
+    deleted each work item once run)."""
     storage = Storage(tmp_path)
     assert await written(storage.write(b"k", Record.live(1, b"v"))) is True
     await asyncio.sleep(0.05)  # the thread is back waiting on its queue
@@ -119,10 +118,9 @@ async def test_a_storage_dropped_without_close_lets_its_data_dir_open_again(
 
 
 async def test_no_batch_outlives_its_landing(storage: Storage) -> None:
-    """batch_writer.py:72-78: the last batch (its encoded values, its waiters, and after
-    a failure the error and its traceback) stays referenced by the idle writer thread
-    until the next batch comes: a node idle after a batch of large values keeps their
-    bytes. Before the change nothing held a landed batch."""
+    """Once landed, no batch (its encoded values, its waiters, after a failure its
+    error and traceback) stays referenced by the idle writer thread until the next
+    batch comes: a node idle after a batch of large values must not keep their bytes."""
     value = b"x" * (4 << 20)
     assert await written(storage.write(b"big", Record.live(1, value))) is True
     await asyncio.sleep(0.05)
