@@ -21,6 +21,8 @@ from dht.conformance.adapters.run import (
     run_store,
     store_named,
 )
+from dht.conformance.adapters.write_once import MOST_KEYS as WRITE_ONCE_KEYS
+from dht.conformance.adapters.write_once import SHARE as WRITE_ONCE_SHARE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="strike the member that leads then (etcd's leader, Redis's primary) every time",
     )
+    parser.add_argument(
+        "--write-once",
+        action="store_true",
+        help=(
+            f"one operation in {round(1 / WRITE_ONCE_SHARE)} of each client a PUT of a fresh"
+            " key instead, written once and never overwritten or deleted, and read at the"
+            " end with the others: an acknowledged write the store discarded is then found"
+            " as lost (on the few keys overwritten all along, a later write hides it, and"
+            f" it shows at most as a stale read). At most {WRITE_ONCE_KEYS} such keys a run,"
+            " allowed evenly over its seconds (a fast store's clients write fewer than one"
+            " in 3); the clients' other draws and the nemesis's schedule stay the seed's"
+        ),
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be more than 0")
@@ -94,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         store = (
             load_adapter(args.adapter, folder) if args.adapter else store_named(args.store, folder)
         )
-        run = run_store(store, args.seconds, args.seed, args.at_leader, args.faults)
+        run = run_store(
+            store, args.seconds, args.seed, args.at_leader, args.faults, args.write_once
+        )
     except (OSError, RuntimeError, ValueError) as error:
         print(f"the run failed: {error}", file=sys.stderr)
         return 2
@@ -108,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     again = " --at-leader" if args.at_leader else ""
     if tuple(args.faults) != DEFAULT_FAULTS:
         again += f" --faults {','.join(args.faults)}"
+    if args.write_once:
+        again += " --write-once"
     which = f"--adapter {args.adapter}" if args.adapter else args.store
     print(f"rerun: python -m dht.conformance.adapters {which} --seconds {args.seconds:g} "
           f"--seed {args.seed}{again}")  # fmt: skip

@@ -1,9 +1,10 @@
-"""One graded run of an adapter's store: concurrent clients on a few keys, a seeded
-nemesis that kills and restarts, pauses and resumes, cuts off and heals, steps the
-wall clock of, or cuts the power of one member at a time and sets it right again, then,
-with every member back, a final read of each key; the history judged by the history
-checker (acknowledged writes lost, reads stale, values from nowhere) and by the
-linearizability checker, whose verdict decides only for a store that promises
+"""One graded run of an adapter's store: concurrent clients on a few keys (and, with
+`write_once`, on fresh keys each written once, so that no later write hides a lost
+one), a seeded nemesis that kills and restarts, pauses and resumes, cuts off and heals,
+steps the wall clock of, or cuts the power of one member at a time and sets it right
+again, then, with every member back, a final read of each key; the history judged by
+the history checker (acknowledged writes lost, reads stale, values from nowhere) and by
+the linearizability checker, whose verdict decides only for a store that promises
 linearizability.
 
 The run is the kit's for a store it does not know: the same clients (`traffic.Clients`),
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from dht.conformance.adapters.write_once import WriteOnce, sender
 from dht.conformance.traffic import Clients, Mix, key_space
 from dht.history.checker import CLOCK_SLACK, check
 from dht.history.linearizability import LinearizabilityReport, check_linearizable
@@ -156,6 +158,8 @@ class AdapterRun:
     not_drawn: list[str] = field(default_factory=list)
     report: Report | None = None
     linearizability: LinearizabilityReport | None = None
+    # With `--write-once`: the fresh keys written (each read at the end), else None.
+    write_once_keys: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -173,6 +177,8 @@ class AdapterRun:
             f"{len(self.faults)} faults: {'PASS' if self.ok else 'FAIL'}",
         ]
         lines += [f"  not drawn: {why}" for why in self.not_drawn]
+        if self.write_once_keys is not None:
+            lines.append(f"  write-once: {self.write_once_keys} keys, each read at the end")
         if self.report is not None:
             lines.append(f"  history: {self.report.summary()}")
         if self.linearizability is not None:
@@ -194,12 +200,14 @@ def run_store(
     seed: int,
     at_leader: bool = False,
     faults: Sequence[str] = DEFAULT_FAULTS,
+    write_once: bool = False,
 ) -> AdapterRun:
     """Starts `store`, runs the clients and the nemesis for `seconds`, heals, reads every
     key, stops the store and judges the history. `at_leader`: every fault strikes the
     member that leads then, rather than one drawn at random. `faults`: those the nemesis
     draws among (of `FAULTS`), less those the store cannot suffer here; ValueError if
-    that leaves none."""
+    that leaves none. `write_once`: a share of the clients' operations are PUTs of
+    fresh keys, each written once and read at the end (`write_once.WriteOnce`)."""
     keys = key_space(KEYS)
     members = list(range(len(store.members)))
     run = AdapterRun(store.name, store.promise, seed, seconds, [])
@@ -207,19 +215,19 @@ def run_store(
     try:
         store.start()
         _drop_unreached_clocks(store, kinds, run.not_drawn)
-
-        def send(index: int, kind: Kind, key: str, value: bytes | None, timeout: float,
-                 ttl: int | None = None, node_name: str | None = None,
-                 replicas: str | None = None) -> Op:  # fmt: skip
-            return store.attempt(index, kind, key, value, timeout, node_name or f"m{index}")
-
-        clients = Clients(members, keys, CLIENTS, seed, CLIENT_TIMEOUT, MIX, send).start()
+        once = WriteOnce(seed, CLIENTS, seconds, time.monotonic) if write_once else None
+        clients = Clients(
+            members, keys, CLIENTS, seed, CLIENT_TIMEOUT, MIX, sender(store.attempt, once)
+        )
+        clients.start()
         try:
             until = time.monotonic() + seconds
             _nemesis(store, random.Random(seed), until, run.faults, at_leader, kinds)
         finally:
             history = clients.stop()
-        final, reads = _final_reads(store, keys)
+        read = keys if once is None else keys + once.keys()
+        run.write_once_keys = None if once is None else len(read) - len(keys)
+        final, reads = _final_reads(store, read)
         run.history = history + reads
     finally:
         store.stop()
