@@ -9,14 +9,12 @@ faults added, a seed must draw the schedule it drew before power cuts.
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from pathlib import Path
 
 import pytest
 
-from dht.conformance.adapters import run as adapter_run
 from dht.conformance.adapters.etcd import EtcdCluster
 from dht.conformance.adapters.redis import RedisCluster
 from dht.conformance.adapters.run import DEFAULT_FAULTS, load_adapter, run_store
@@ -24,7 +22,7 @@ from dht.history.linearizability import Verdict
 from dht.testbed.page_cache import Unsynced
 from dht.testbed.power_loss import mounted, power_loss_unavailable
 from tests.conformance.adapter_stores import EXAMPLE, needs_etcd, needs_redis
-from tests.conformance.test_adapter_clock import SEED_1_DEFAULT_SCHEDULE, FakeTime, Struck
+from tests.conformance.test_adapter_clock import SEED_1_DEFAULT_SCHEDULE, Struck, schedule
 
 WHY_NOT = power_loss_unavailable()
 needs_power = pytest.mark.skipif(WHY_NOT is not None, reason=f"no power cuts: {WHY_NOT}")
@@ -57,16 +55,6 @@ class Powered(Struck):
         return Unsynced(1, 4096)
 
 
-def schedule(
-    monkeypatch: pytest.MonkeyPatch, kinds: list[str], seed: int = 1, seconds: float = 30.0
-) -> tuple[list[str], Powered]:
-    clock = FakeTime()
-    monkeypatch.setattr(adapter_run, "time", clock)
-    store, faults = Powered(), list[str]()
-    adapter_run._nemesis(store, random.Random(seed), clock.now + seconds, faults, False, kinds)
-    return faults, store
-
-
 @pytest.mark.parametrize(
     ("kinds", "drawn"),
     [
@@ -79,12 +67,12 @@ def test_without_power_a_seed_draws_the_schedule_it_drew_before_power_cuts(
     monkeypatch: pytest.MonkeyPatch, kinds: list[str], drawn: list[str]
 ) -> None:
     assert "power" not in DEFAULT_FAULTS
-    faults, _ = schedule(monkeypatch, kinds)
+    faults, _ = schedule(monkeypatch, kinds, Powered())
     assert faults == drawn
 
 
 def test_a_power_cut_is_followed_by_the_members_restart(monkeypatch: pytest.MonkeyPatch) -> None:
-    faults, store = schedule(monkeypatch, ["power"])
+    faults, store = schedule(monkeypatch, ["power"], Powered())
     assert faults and all(POWER_CUT.search(fault) for fault in faults), faults
     assert all("(4096 unsynced bytes in 1 files dropped)" in fault for fault in faults), faults
     calls = store.calls
