@@ -78,9 +78,6 @@ class Clocks:
             raise RuntimeError("no clock step before `prepare`")
         self._clock.set_offset(index, seconds)
 
-    def offset(self, index: int) -> float:
-        return 0.0 if self._clock is None else self._clock.offset(index)
-
     def release(self, process: Process | None) -> None:
         """What libfaketime left in /dev/shm for `process`, removed once it has exited."""
         if self._clock is not None and process is not None and process.poll() is not None:
