@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from chaos.pinned_namespaces import PinnedNamespaces
 from dht.conformance.http_client import wait_for
 from dht.testbed.netns import NetnsTestbed, netns_unavailable
 from dht.testbed.toxiproxy import free_ports
@@ -60,22 +61,22 @@ def start_plain_nodes(testbed: NetnsTestbed) -> list[subprocess.Popen[bytes]]:
 
 
 def footprint(testbed: NetnsTestbed) -> dict[str, Any]:
-    """What of the test bed could outlive it: its processes, its namespaces (by inode)
-    and the root namespace's veth."""
+    """What of the test bed could outlive it: its processes, the holders of its
+    namespaces and the root namespace's veth."""
     holders = [
         namespace.holder.pid for namespace in [*testbed.namespaces, testbed.hub] if namespace
     ]
     servers = [server.process.pid for server in testbed.servers if server.process]
     return {
         "pids": holders + servers + [process.pid for process in testbed.processes],
-        "namespaces": [os.readlink(f"/proc/{pid}/ns/net") for pid in holders],
+        "holders": holders,
         "uplink": testbed.uplink,
     }
 
 
-def leftovers(seen: dict[str, Any]) -> list[str]:
-    """What of `seen` still exists: a live process, a process in one of the namespaces,
-    a veth in `ip link`."""
+def leftovers(seen: dict[str, Any], namespaces: PinnedNamespaces) -> list[str]:
+    """What of `seen` still runs: a live process, a process in one of the namespaces
+    (pinned, so that no other test bed's can take their inodes meanwhile)."""
     found = []
     for pid in seen["pids"]:
         try:
@@ -84,17 +85,15 @@ def leftovers(seen: dict[str, Any]) -> list[str]:
             continue
         if state != "Z":  # a zombie holds no namespace; its parent reaps it
             found.append(f"process {pid}")
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.readlink(entry / "ns" / "net") in seen["namespaces"]:
-                    found.append(f"process {entry.name} in a test bed namespace")
-            except OSError:
-                continue
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    if seen["uplink"] and f" {seen['uplink']}@" in links:
-        found.append(f"veth {seen['uplink']}")
+    found += [f"process {pid} in a test bed namespace" for pid in namespaces.occupants()]
     return found
+
+
+def uplink_left(seen: dict[str, Any]) -> bool:
+    """Whether the root namespace's veth is still there: it goes with the hub's
+    namespace, so only once no one holds that namespace any more."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return bool(seen["uplink"]) and f" {seen['uplink']}@" in links
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +166,9 @@ def test_heal_restarts_a_namespace_toxiproxy_that_stopped_answering(
     process.send_signal(signal.SIGSTOP)
     restarts = len(testbed.restarts)
     testbed.heal(reset_timeout=1.0)
-    assert len(testbed.restarts) == restarts + 1
+    # Another server may be restarted too: on a loaded machine a healthy one can take
+    # more than the second given here to answer its reset.
+    assert testbed.servers[2].process is not process and len(testbed.restarts) > restarts
     wait_for(
         lambda: fetch(testbed, 2, f"http://127.0.0.1:{testbed.ports[0]}/"), lambda a: a[0] == 200
     )
@@ -196,10 +197,13 @@ def test_stop_leaves_no_namespace_veth_bridge_or_process() -> None:
     try:
         start_plain_nodes(testbed)
         seen = footprint(testbed)
-        assert leftovers(seen) != []
+        namespaces = PinnedNamespaces(seen["holders"])
+        assert leftovers(seen, namespaces) != [] and uplink_left(seen)
     finally:
         testbed.stop()
-    assert leftovers(seen) == []
+    with namespaces:
+        assert leftovers(seen, namespaces) == []
+    assert not uplink_left(seen)  # stop removes it at once
 
 
 HARNESS = """
@@ -219,11 +223,15 @@ def test_a_harness_killed_with_sigkill_leaves_nothing_behind() -> None:
         stdout=subprocess.PIPE,
         env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
+    namespaces = PinnedNamespaces(())
     try:
         assert harness.stdout is not None
         seen = json.loads(harness.stdout.readline())
-        assert leftovers(seen) != []
+        namespaces = PinnedNamespaces(seen["holders"])
+        assert leftovers(seen, namespaces) != [] and uplink_left(seen)
     finally:
         harness.kill()
         harness.wait()
-    wait_for(lambda: leftovers(seen), lambda left: left == [])
+    with namespaces:
+        wait_for(lambda: leftovers(seen, namespaces), lambda left: left == [])
+    wait_for(lambda: uplink_left(seen), lambda left: not left)

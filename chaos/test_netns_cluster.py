@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.pinned_namespaces import PinnedNamespaces
 from dht.conformance.http_client import request, wait_for
 from dht.testbed.netns import netns_unavailable
 from dht.testbed.toxiproxy import consecutive_free_ports
@@ -51,18 +52,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def in_namespaces(namespaces: set[str]) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.readlink(entry / "ns" / "net") in namespaces:
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def uplinks(holders: list[int]) -> set[str]:
     """The root namespace's veths to the bridge of a test bed whose hub namespace one of
     `holders` held (netns.py names them dhtPID): other test beds', started by other test
@@ -81,15 +70,15 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
+    namespaces = PinnedNamespaces(())
     try:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         control = tmp_path / "data" / "cluster.json"
         wait_for(control.exists, bool, deadline=20.0)  # written once every node serves
         api = json.loads(control.read_text())["toxiproxy"]
         started = children_of(process.pid)
-        own = os.readlink("/proc/self/ns/net")
-        namespaces = {os.readlink(f"/proc/{pid}/ns/net") for pid in started} - {own}
-        assert len(namespaces) == 4  # the nodes' and the hub's
+        namespaces = PinnedNamespaces(started)
+        assert len(namespaces.names) == 4  # the nodes' and the hub's
         assert request("PUT", f"{urls[0]}/v0/entity?id=k&replicas=3/3", b"v").status == 201
         assert request("GET", f"{urls[1]}/v0/entity?id=k&replicas=3/3").body == b"v"
         for link in ("node3-to-node1", "node3-to-node2", "node1-to-node3", "node2-to-node3"):
@@ -105,9 +94,10 @@ def test_netns_cluster_replicates_through_links_a_cut_fails_and_ctrl_c_leaves_no
         assert written == 201
     finally:
         output = interrupt(process)
-    assert process.returncode == 0, output.decode(errors="replace")
-    assert [pid for pid in started if alive(pid)] == []
-    assert in_namespaces(namespaces) == []
+    with namespaces:
+        assert process.returncode == 0, output.decode(errors="replace")
+        assert [pid for pid in started if alive(pid)] == []
+        assert namespaces.occupants() == []
     assert uplinks(started) == set()
 
 
