@@ -1,5 +1,5 @@
 """An adapter to copy: a store of three in-memory replicas, written to show what the kit
-asks of an adapter (`dht.conformance.adapters.run.Store`), and graded like any other:
+asks of an adapter (`dht.conformance.adapters.store.Store`), and graded like any other:
 
     python -m dht.conformance.adapters --adapter dht/conformance/adapters/example.py:Lagging
 
