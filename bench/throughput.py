@@ -88,12 +88,21 @@ class Server:
     replicas: str | None = None
 
 
+@dataclass(frozen=True)
+class Load:
+    """How each server is loaded: `rounds` wrk runs of `seconds` with `connections`,
+    after `warm` seconds of PUTs to every dht server that are not measured."""
+
+    rounds: int
+    seconds: float
+    connections: int
+    warm: float = 0.0
+
+
 def measure(
     pinning: str,
     servers: list[Server],
-    rounds: int,
-    seconds: float,
-    connections: int,
+    load: Load,
     wrk_prefix: list[str],
     alternate: bool = False,
     workloads: tuple[str, ...] = WORKLOADS,
@@ -103,6 +112,8 @@ def measure(
     `alternate`, every other round takes the servers after the bare one in reverse
     order: the first of them after the bare server runs measurably slower here (20%
     seen), which would otherwise pass for a difference between two of them."""
+    warm_up(pinning, servers, load, wrk_prefix)
+    rounds, seconds, connections = load.rounds, load.seconds, load.connections
     rows = {(s.name, w): Row(pinning, s.name, w) for w in workloads for s in servers}
     for round_number in range(rounds):
         written: dict[str, tuple[str, int]] = {}
@@ -145,6 +156,27 @@ def measure(
                 for name, rate in rates.items():
                     rows[name, workload].raw_ratios.append(rate / raw_rate)
     return list(rows.values())
+
+
+def warm_up(pinning: str, servers: list[Server], load: Load, wrk_prefix: list[str]) -> None:
+    """`load.warm` seconds of PUTs to each dht server, not measured: a node fresh from
+    its start holds nothing, and LevelDB compacts little in a few seconds, so short
+    rounds alone leave out what a node under sustained load pays (its compaction
+    thread took 5-8 µs a PUT over 8 s and 26-31 over 90 s, with Snappy, bench/README)."""
+    if load.warm <= 0:
+        return
+    for server in servers:
+        if server.name in (BARE, RAW):
+            continue
+        args = [f"replicas={server.replicas}"] if server.replicas else []
+        args.append(f"prefix=warm{servers.index(server)}-")
+        run = run_wrk(server.url, "wrk_put.lua", load.warm, load.connections, args, wrk_prefix)
+        print(
+            f"  warm-up  {pinning:8} {server.name:24} PUT {run.requests:,} writes in "
+            f"{load.warm:g} s, errors {run.errors} (not measured)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @contextlib.contextmanager
@@ -195,7 +227,7 @@ def dht_cluster(
             cluster.stop()
 
 
-def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+def pinned_rows(load: Load) -> list[Row]:
     """One node as it ships, one with no fsync (`--durability none`, issue 51's reference
     for the group commit) and one without its lean HTTP path (`--no-lean-http`, every
     request through aiohttp's handler), in alternating order."""
@@ -214,10 +246,10 @@ def pinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             Server(ONE_NODE + NO_LEAN, *aiohttp_path),
         ]
         wrk_prefix = ["taskset", "-c", str(GENERATOR_CORE)]
-        return measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True)
+        return measure("pinned", servers, load, wrk_prefix, True)
 
 
-def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+def unpinned_rows(load: Load) -> list[Row]:
     # One cluster for both replica settings: they are a per-request parameter.
     with (
         bare_server(None) as bare,
@@ -232,10 +264,10 @@ def unpinned_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             Server(THREE_2_3, *cluster),
             Server(THREE_2_3 + NO_LEAN, *aiohttp_path),
         ]
-        return measure("unpinned", servers, rounds, seconds, connections, [], True)
+        return measure("unpinned", servers, load, [], True)
 
 
-def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+def metrics_rows(load: Load) -> list[Row]:
     """What counting for /metrics costs: the same servers with and without it, in turn
     within each round (in alternating order: use an even number of rounds), pinned (one
     node) and unpinned (three nodes at 2/3)."""
@@ -247,18 +279,18 @@ def metrics_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
         dht_cluster(1, SERVER_CORE, off) as without,
     ):
         servers = [bare, Server(ONE_NODE, *on), Server(ONE_NODE + NO_METRICS, *without)]
-        rows = measure("pinned", servers, rounds, seconds, connections, wrk_prefix, True)
+        rows = measure("pinned", servers, load, wrk_prefix, True)
     with (
         bare_server(None) as bare,
         dht_cluster(3, None) as on,
         dht_cluster(3, None, off) as without,
     ):
         servers = [bare, Server(THREE_2_3, *on), Server(THREE_2_3 + NO_METRICS, *without)]
-        rows += measure("unpinned", servers, rounds, seconds, connections, [], True)
+        rows += measure("unpinned", servers, load, [], True)
     return rows
 
 
-def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+def tls_rows(load: Load) -> list[Row]:
     """What TLS between nodes costs: 3 nodes at 2/3 with and without it, in turn within
     each round (alternating order: use an even number of rounds), unpinned. Clients
     speak plain HTTP to both; every replica call of the TLS cluster is TLS."""
@@ -274,19 +306,17 @@ def tls_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
             dht_cluster(3, None, tls) as secured,
         ):
             servers = [bare, Server(THREE_2_3, *plain), Server(THREE_2_3 + WITH_TLS, *secured)]
-            return measure("unpinned", servers, rounds, seconds, connections, [], True)
+            return measure("unpinned", servers, load, [], True)
 
 
-def durability_rows(rounds: int, seconds: float, connections: int) -> list[Row]:
+def durability_rows(load: Load) -> list[Row]:
     """PUT with the group commit (the default), with no fsync (`--durability none`) and
     with one per write (`--durability each`), in turn within each round (alternating
     order), pinned (one node each) and unpinned (three nodes at 2/3 each). Every data
     folder is on the same volume as the others (the system's temporary folder)."""
     pinned = ["taskset", "-c", str(GENERATOR_CORE)]
-    rows = durability_group(
-        "pinned", ONE_NODE, 1, SERVER_CORE, pinned, rounds, seconds, connections
-    )
-    rows += durability_group("unpinned", THREE_2_3, 3, None, [], rounds, seconds, connections)
+    rows = durability_group("pinned", ONE_NODE, 1, SERVER_CORE, pinned, load)
+    rows += durability_group("unpinned", THREE_2_3, 3, None, [], load)
     return rows
 
 
@@ -296,9 +326,7 @@ def durability_group(
     size: int,
     core: int | None,
     wrk_prefix: list[str],
-    rounds: int,
-    seconds: float,
-    connections: int,
+    load: Load,
 ) -> list[Row]:
     """The bare server and `size`-node clusters at each durability, measured together."""
     none, each = ("--durability", "none"), ("--durability", "each")
@@ -316,7 +344,7 @@ def durability_group(
             Server(label + NO_SYNC, *unsynced),
             Server(label + SYNC_EACH, *synced_each),
         ]
-        rows = measure(pinning, servers, rounds, seconds, connections, wrk_prefix, True, ("PUT",))
+        rows = measure(pinning, servers, load, wrk_prefix, True, ("PUT",))
         print_syncs(pinning, servers[2:])
     return rows
 
@@ -346,6 +374,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="per measurement (default 3)")
     parser.add_argument("--connections", type=int, default=64, help="wrk's -c (default 64)")
     parser.add_argument(
+        "--warm",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="PUTs to every dht server for this long before its rounds, not measured, so "
+        "the figures are of nodes under sustained load (LevelDB compacting) rather than "
+        "fresh ones (default 0)",
+    )
+    parser.add_argument(
         "--only",
         choices=("pinned", "unpinned", "metrics", "tls", "durability"),
         help="one group of rows; `metrics` compares nodes with and without --no-metrics, "
@@ -356,23 +393,27 @@ def main() -> None:
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found: run `make bench-tools` (wrk: apt-get install wrk)")
+    if args.warm < 0:
+        parser.error("--warm: seconds, 0 or more")
+    load = Load(args.rounds, args.seconds, args.connections, args.warm)
     can_pin = {GENERATOR_CORE, SERVER_CORE} <= os.sched_getaffinity(0)
     rows: list[Row] = []
     if args.only == "metrics":
-        rows = metrics_rows(args.rounds, args.seconds, args.connections)
+        rows = metrics_rows(load)
     if args.only == "tls":
-        rows = tls_rows(args.rounds, args.seconds, args.connections)
+        rows = tls_rows(load)
     if args.only == "durability":
-        rows = durability_rows(args.rounds, args.seconds, args.connections)
+        rows = durability_rows(load)
     if args.only not in ("unpinned", "metrics", "tls", "durability"):
         if can_pin:
-            rows += pinned_rows(args.rounds, args.seconds, args.connections)
+            rows += pinned_rows(load)
         else:
             print(f"skipping pinned rows: cores {GENERATOR_CORE} and {SERVER_CORE} needed")
     if args.only not in ("pinned", "metrics", "tls", "durability"):
-        rows += unpinned_rows(args.rounds, args.seconds, args.connections)
+        rows += unpinned_rows(load)
     print(
-        f"wrk -t1 -c{args.connections}, {args.seconds:g} s per run, {args.rounds} rounds "
+        f"wrk -t1 -c{args.connections}, {args.seconds:g} s per run, {args.rounds} rounds"
+        f"{f' after {args.warm:g} s of PUTs to each dht server' if args.warm else ''} "
         f"(median round shown; vs bare = median of per-round ratios), on "
         f"{platform.node()} ({os.cpu_count()} cores)\n"
     )
