@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.pinning import process_tree
-from bench.throughput import bare_server
+from bench.servers import bare_server
 from bench.vegeta import Report, attack, check_vegeta, get_targets, put_targets, target_count
 from dht.conformance.launcher import Cluster
 from locustfiles.prefill import KEY_PREFIX

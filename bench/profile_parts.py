@@ -111,7 +111,8 @@ def profile_node(workload: str, node_args: list[str], seconds: float) -> tuple[s
     """Runs one pinned node under wrk and py-spy; returns what wrk measured (a line), the
     folded samples and the node's CPU µs per request."""
     from bench.process_cpu import cpu_seconds
-    from bench.throughput import GENERATOR_CORE, SERVER_CORE, dht_cluster
+    from bench.servers import dht_cluster
+    from bench.throughput import GENERATOR_CORE, SERVER_CORE
     from bench.wrk import run_wrk
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
