@@ -42,7 +42,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.process_cpu import cpu_seconds
+from bench.process_cpu import thread_cpu
 from bench.servers import Server, bare_server, dht_cluster
 from bench.throughput_report import (
     BARE,
@@ -117,9 +117,9 @@ def measure(
                 else:
                     prefix, keys = written[server.name]
                     script, args = "wrk_get.lua", [*args, f"prefix={prefix}", f"keys={keys}"]
-                cpu_before = cpu_seconds(server.pids)
+                cpu_before = thread_cpu(server.pids)
                 run = run_wrk(server.url, script, seconds, connections, args, wrk_prefix)
-                cpu_used = cpu_seconds(server.pids) - cpu_before
+                by_thread = thread_cpu(server.pids).since(cpu_before)
                 if workload == "PUT":
                     # The last `connections` PUTs may not have finished: read below them.
                     written[server.name] = (prefix, max(2, run.requests - connections))
@@ -129,7 +129,8 @@ def measure(
                 rates[server.name] = run.rate
                 row.runs.append(run)
                 row.ratios.append(run.rate / bare_rate if bare_rate else 0.0)
-                row.cpu_us.append(cpu_used * 1e6 / run.requests if run.requests else 0.0)
+                row.threads.append(by_thread.per_request(run.requests))
+                row.cpu_us.append(row.threads[-1].total)
                 print(
                     f"  round {round_number + 1} {pinning:8} {server.name:24} {workload} "
                     f"{run.rate:9,.0f} req/s  p99 {latency(run.p99_ms):>9}  "
@@ -359,6 +360,11 @@ def main() -> None:
     print(*issue_51_verdicts(rows), sep="\n")
     print(*lean_gains(rows), *metrics_costs(rows), *tls_costs(rows), sep="\n")
     print(*durability_costs(rows), sep="\n")
+    print("", "Server CPU by thread, µs a request (median round):", sep="\n")
+    for row in rows:
+        if row.threads:
+            split = row.median_threads.describe()
+            print(f"{row.pinning} {row.name} {row.workload}: {split}")
     print("", "Generator ceiling:", *ceiling(rows), sep="\n")
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from bench.process_cpu import ThreadCpu
 from bench.wrk import SATURATED_CORE_SHARE, WrkRun
 
 WORKLOADS = ("PUT", "GET")
@@ -42,6 +43,8 @@ class Row:
     cpu_us: list[float] = field(default_factory=list)
     # Every round's ratio to the raw uvloop server's run of the same round, when one ran.
     raw_ratios: list[float] = field(default_factory=list)
+    # Every round's server CPU per request by thread, µs (`cpu_us` split).
+    threads: list[ThreadCpu] = field(default_factory=list)
 
     @property
     def median(self) -> WrkRun:
@@ -49,6 +52,11 @@ class Row:
         latencies and rate come from one real run."""
         middle = statistics.median_low(run.rate for run in self.runs)
         return next(run for run in self.runs if run.rate == middle)
+
+    @property
+    def median_threads(self) -> ThreadCpu:
+        """The CPU by thread of the round with the median rate (`median`)."""
+        return self.threads[self.runs.index(self.median)]
 
     @property
     def ratio(self) -> float:

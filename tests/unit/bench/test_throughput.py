@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 import pytest
 
 from bench.pinning import check_pinned, pin
-from bench.process_cpu import cpu_seconds
+from bench.process_cpu import ThreadCpu, cpu_seconds, thread_cpu
 from bench.throughput_report import (
     BARE,
     NO_LEAN,
@@ -163,6 +164,49 @@ def test_cpu_seconds_reads_every_thread_of_a_process_from_proc() -> None:
     used = cpu_seconds((pid,)) - before
     assert used >= 0.15, used  # ticks of 10 ms: a little below what process_time saw
     assert cpu_seconds((pid, pid)) >= 2 * cpu_seconds((pid,)) - 0.02
+
+
+def burn(seconds: float) -> None:
+    """`seconds` of CPU in the calling thread."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
+def test_thread_cpu_counts_the_main_thread_as_the_loop_and_the_rest_as_other_threads() -> None:
+    pid = os.getpid()
+    before = thread_cpu((pid,))
+    burn(0.2)
+    in_main = thread_cpu((pid,)).since(before)
+    assert in_main.loop_user + in_main.loop_system >= 0.15, in_main
+    assert in_main.other_user + in_main.other_system < 0.1, in_main
+    burnt, done = threading.Event(), threading.Event()
+
+    def work() -> None:
+        burn(0.2)
+        burnt.set()
+        done.wait()  # read while it lives: an exited thread is no longer listed
+
+    before = thread_cpu((pid,))
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        assert burnt.wait(10)
+        in_worker = thread_cpu((pid,)).since(before)
+    finally:
+        done.set()
+        worker.join()
+    assert in_worker.other_user + in_worker.other_system >= 0.15, in_worker
+    assert in_worker.loop_user + in_worker.loop_system < 0.1, in_worker
+
+
+def test_thread_cpu_per_request_is_in_microseconds_and_describes_both_halves() -> None:
+    split = ThreadCpu(0.92, 0.21, 0.06, 0.10).per_request(10_000)
+    assert split.total == pytest.approx(129.0)
+    assert split.describe() == (
+        "event loop 113 µs (92 user, 21 kernel), other threads 16 µs (6 user, 10 kernel)"
+    )
+    assert ThreadCpu(1.0).per_request(0).total == 0.0
 
 
 def test_the_group_commit_is_judged_against_its_unsynced_twin() -> None:
