@@ -343,7 +343,8 @@ class NodeConfig:
         help="seconds a version received from a peer may be ahead of this node's clock; "
         "records further ahead are refused, so one skewed or forged version cannot "
         "push the cluster into the future; a node whose clock is further than this from "
-        "most of the cluster's serves no client (default %(default)s)",
+        "most of the cluster's, or ahead of as many of the nodes that answered as agree "
+        "with it, serves no client (default %(default)s)",
     )
     clock_skew: float = setting(
         0.0,

@@ -61,8 +61,7 @@ def parser() -> argparse.ArgumentParser:
         f"also {', '.join(MEMBERSHIP_KINDS)}: a spare node joins, a member leaves; "
         "behind-then-cut: a node's clock behind, then the node cut off; restart-skewed: "
         "a node restarted with its clock minutes off, alone among the faults until it is "
-        "back; restart-skewed-amid: the same amid the others, which finds a defect of "
-        "dht's not fixed yet)",
+        "back; restart-skewed-amid: the same amid the others, on any number of members)",
     )
     parser.add_argument(
         "--narrow-deletes",

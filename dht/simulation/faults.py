@@ -37,15 +37,15 @@ and healed, a few at a time, until the load ends; then everything is healed at o
   those to the drift bound, 2 s here, under an exchange's period). That is what finds
   the defect `tombstone-by-version-time`.
   It runs alone, on three members or more: it waits for the faults under way (and a
-  membership change) to end, and no other starts until its clock is back. With a peer
-  silent (down, paused, cut off) at the node's first look or a later one, or with two
-  members, a majority cannot see its clock off and it serves with it: its writes,
-  refused by its peers as too far ahead (504), stay in its own storage with versions
-  minutes ahead, and once real time reaches them they win over every write
-  acknowledged since. That is dht's, not the simulator's, and kept out of this kind.
+  membership change) to end, and no other starts until its clock is back.
 - restart-skewed-amid (`CLOCK_KINDS`, drawn only when asked for): the same, amid the
-  other faults and on any number of members: it finds that defect of dht's (seed 1),
-  pinned as a strict xfail in tests/simulation until it is fixed.
+  other faults and on any number of members. It found a defect of dht's: with a peer
+  silent (down, paused, cut off) at the node's look, or with two members, a majority
+  could not see its clock off and it served with it; its writes, refused by its peers
+  as too far ahead (504), stayed in its own storage with versions minutes ahead and,
+  once real time reached them, won over every write acknowledged since. The clock
+  fence now holds the node ahead where the nodes that answered split evenly (SPEC.md
+  rule 9.13; seed 4 in tests/simulation).
 """
 
 from __future__ import annotations

@@ -258,22 +258,13 @@ def test_requests_go_at_replicas_drawn_from_the_seed_or_the_default() -> None:
     assert {op.replicas for op in unmixed.history} == {None}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a node restarted with its clock minutes ahead is not fenced while a peer is "
-        "silent (SPEC 9.13: a peer that does not answer is not off), so it coordinates: "
-        "its peers refuse its writes as too far ahead (504), but its own copy stays, "
-        "with a version minutes ahead, and the keys diverge; once real time reaches it, "
-        "it wins over every write acknowledged since"
-    ),
-)
 def test_a_node_restarted_minutes_ahead_amid_other_faults_loses_no_acknowledged_write() -> None:
     """Seed 4 of the default kinds with `restart-skewed-amid` (found by the helper that
     wrote `restart-skewed`, which waits for the other faults to end to stay clear of
     it): 5 keys diverged after the settling, the skewed node's refused writes on it
-    alone (seed 1, 7 keys, while the simulator's batches landed at once; 7 of 1..40 fail
-    now). Pinned until it is fixed (the fix belongs to the clock fence, rule 9.13)."""
+    alone, while a peer was silent and the majority rule could not fence it (7 of seeds
+    1..40 failed). The clock fence now holds the node ahead where the nodes that
+    answered split evenly (rule 9.13): 40 of 40 pass."""
     settings = Settings(seed=4, seconds=60, fault_kinds=(*KINDS, "restart-skewed-amid"))
     result = simulate(settings)
     assert any("its clock at +" in line for line in result.faults)

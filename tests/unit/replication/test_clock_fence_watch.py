@@ -96,7 +96,9 @@ async def test_peers_that_do_not_answer_or_say_no_clock_do_not_count_as_off(
     own, theirs = Wall(), Wall()
     peers = [PeerFromMemory(url, theirs) for url in URLS[1:]]
     fence, told = watch(tmp_path, own, peers)
-    own.ms = NOW + 120_000
+    # Behind them: a node ahead of the one peer that answers would be fenced for that
+    # alone, with no node on its side (test_clock_offset.py).
+    own.ms = NOW - 120_000
     peers[0].down = True
     await fence.check()
     assert fence.clock_fenced is None and told == []
