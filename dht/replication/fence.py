@@ -13,9 +13,11 @@ Its clock off (rule 9.13). Every answer it gets carries the peer's wall clock
 (CLOCK_HEADER), which bounds the offset between the two clocks by the round trip
 (`dht.model.clock_offset`). When the peers whose clocks are off from its own by more than
 `--max-clock-drift` are more than half of the cluster, its writes would be refused by
-them (or theirs by it) while it answered reads with its own: it stops serving clients
-until a later look finds its clock back within the bound. Not saved: a restart looks
-again before it serves.
+them (or theirs by it) while it answered reads with its own; when those behind it are
+as many as the nodes that answered with it and no look has vouched for its clock since
+it started or its clock stepped, its writes refused by them would stay in its own copy
+ahead of later ones. Either way it stops serving clients until a later look finds its
+clock back within the bound. Not saved: a restart looks again before it serves.
 
 Both come from one look, at start before the node serves and every `interval` after:
 every peer asked for its membership step at once (`GET /v0/admin/topology`). Until every
@@ -105,6 +107,10 @@ class FenceWatch:
         # Each peer's offset as the last look measured it (None: no answer, or no clock).
         self.offsets: dict[str, Offset | None] = {}
         self._answered: set[str] = set()  # peers that answered at least once
+        # This node's wall clock minus its monotonic one (ms) at the last look that
+        # vouched for its clock (a peer within the bound, the node not fenced); None
+        # since it started, or since its wall clock stepped by over half the bound.
+        self._vouched_at: int | None = None
         self._task = OwnedTask("fence", self._run)
         if self.fenced is not None:
             fence(self.fenced)  # removed before this start: clients are refused at once
@@ -224,7 +230,12 @@ class FenceWatch:
         measured = [
             offset for url, offset in offsets.items() if offset is not None and url in nodes
         ]
-        reason = clock_fence(measured, len(nodes), self._max_drift_ms)
+        reason = clock_fence(measured, len(nodes), self._max_drift_ms, self._vouched())
+        agreed = any(not offset.beyond(self._max_drift_ms) for offset in measured)
+        if reason is None and agreed:
+            self._vouched_at = self._wall_ms() - self._monotonic_ns() // 1_000_000
+        elif reason is not None:
+            self._vouched_at = None
         before, self.clock_fenced = self.clock_fenced, reason
         if reason != before:  # fenced, lifted, or the offset it says moved
             self._fence(self.refusal)
@@ -232,6 +243,17 @@ class FenceWatch:
             log.error("clock fenced: %s", reason)
         elif before is not None and reason is None:
             log.warning("clock fence lifted: this node's clock is within the bound again")
+
+    def _vouched(self) -> bool:
+        """Whether a look vouched for this node's clock and its wall clock has not
+        stepped, against its monotonic clock, by more than half the bound since."""
+        if self._vouched_at is None:
+            return False
+        stepped = self._wall_ms() - self._monotonic_ns() // 1_000_000 - self._vouched_at
+        if abs(stepped) > self._max_drift_ms // 2:
+            self._vouched_at = None
+            return False
+        return True
 
     def _set(self, reason: str) -> None:
         self.fenced = reason

@@ -78,8 +78,8 @@ CLOCK_KINDS = ("behind-then-cut", "restart-skewed", "restart-skewed-amid")
 # bound and a tombstone's grace plus an exchange's period (seconds).
 SKEWED_BY = (15.0, 120.0)
 SKEWED_FOR = (10.0, 40.0)
-# The fewest members among which one clock off is fenced: a majority of the cluster's
-# nodes must see it off, so with two, neither is (SPEC 9.13).
+# The fewest members among which one clock off, either way, is fenced: with two, the
+# node behind is not (SPEC 9.13: only the node ahead is, where the two split).
 FENCED_FROM = 3
 # The fewest members a shrink leaves.
 FEWEST_MEMBERS = 2

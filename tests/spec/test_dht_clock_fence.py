@@ -116,6 +116,29 @@ def test_with_two_nodes_the_node_ahead_is_fenced_and_the_node_behind_serves(
 
 
 @rule("9.13")
+def test_with_two_nodes_a_node_restarted_behind_leaves_the_right_one_serving(
+    start_cluster: ClusterFactory,
+) -> None:
+    """Found by review: the right node sees its one peer behind it and no one with it;
+    its clock is vouched for by its looks before the restart, so it is not fenced (only
+    the wrong clock would serve). The node behind is not fenced either: nothing it writes
+    takes an acknowledged write away (rule 9.13)."""
+    right, moved = start_cluster(2)
+    assert measured(right, 1)["fenced"] is None  # a look within the bound: vouched for
+    moved.stop()
+    moved.extra_args += ["--clock-skew", str(-SKEW)]
+    moved.start()
+    fence = wait_for(
+        lambda: measured(right, 1),
+        lambda fence: abs(fence["offsets"][moved.url]["estimate"] + SKEW) <= 1,
+        deadline=2 * CHECK_INTERVAL,
+    )
+    assert fence["fenced"] is None, fence
+    expect(right.put("behind", b"v", "1/2"), 201)
+    assert measured(moved, 1)["fenced"] is None
+
+
+@rule("9.13")
 def test_a_node_restarted_ahead_while_a_peer_is_down_is_fenced_and_no_acknowledged_write_is_lost(
     start_cluster: ClusterFactory,
 ) -> None:
