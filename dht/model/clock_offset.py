@@ -15,25 +15,22 @@ One node skewed among three sees two off and is fenced; each of the two others s
 and is not. A peer that did not answer tells nothing, so it is not counted as off.
 
 Where the nodes that answered cannot tell which clock is wrong (as many against this
-node as with it, itself included), the side ahead is fenced, unless its own clock is
-vouched for, and the side behind is not: a version ahead is the one that does harm.
-Refused by the peers behind it (rule 8.4), a write through a node ahead is answered 504
-but stays in that node's own copy, and once real time reaches its version it wins over
-every write acknowledged since (found by the simulator: a node restarted minutes ahead
-while one peer of three was down coordinated, and 5 keys lost acknowledged writes that
-way). A write through a node behind is stamped older than records it cannot pass, which
-it answers 504 (rule 9.13), or older than everything written since, which it loses to:
-it takes nothing acknowledged away. So with two nodes, or one of three down, a node
-ahead of the other is fenced unless its clock is vouched for.
+node as with it, itself included), the side ahead is fenced and the side behind is not:
+a version ahead is the one that does harm. Refused by the peers behind it (rule 8.4), a
+write through a node ahead is answered 504 but stays in that node's own copy, and once
+real time reaches its version it wins over every write acknowledged since (found by the
+simulator: a node restarted minutes ahead while one peer of three was down coordinated,
+and 5 keys lost acknowledged writes that way). A write through a node behind is stamped
+older than records it cannot pass, which it answers 504 (rule 9.13), or older than
+everything written since, which it loses to: it takes nothing acknowledged away.
 
-A node's clock is vouched for once a look found a peer within the bound and the node
-not fenced, for as long as its wall clock has not stepped (against its monotonic clock)
-by more than half the bound since: then the peer behind it is the one that moved (a
-peer restarted with its clock behind, say), and fencing the node would leave only the
-wrong clock serving, or, with a link between two right nodes cut, none (found by
-review). A node just started, or whose clock stepped, has no voucher: the one the rule
-is for, since a node restarted with its clock ahead while a peer was down is how the
-simulator found it.
+Unless each peer behind it is known to have moved (`behind_moved`): seen within the
+bound a little earlier, then behind it past the bound, by a jump of more than half the
+bound that this node's own clock did not make (a peer restarted with its clock behind).
+Fencing the node then would leave only the wrong clock serving, or, with the link
+between two right nodes cut, none (found by review). Drift, a slew or a series of small
+steps never makes such a jump, and a peer never seen within the bound is never known to
+have moved, so a node ahead of it is fenced (`dht.replication.fence` keeps the record).
 """
 
 from __future__ import annotations
@@ -76,13 +73,13 @@ class Offset:
 
 
 def clock_fence(
-    offsets: Iterable[Offset], nodes: int, bound_ms: int, vouched: bool = False
+    offsets: Iterable[Offset], nodes: int, bound_ms: int, behind_moved: bool = False
 ) -> str | None:
     """Why this node must not serve clients, given the offsets it measured from its peers
     (one per peer that answered) in a cluster of `nodes` nodes (itself included); None
-    when its clock is neither off from a majority of the cluster nor, unless `vouched`
-    for, ahead of as many of the nodes that answered as are with it (the module's
-    docstring)."""
+    when its clock is neither off from a majority of the cluster nor ahead of as many of
+    the nodes that answered as are with it, unless each peer behind it is known to have
+    moved (`behind_moved`; the module's docstring)."""
     measured = list(offsets)
     off = sorted(offset.estimate_ms for offset in measured if offset.beyond(bound_ms))
     behind_it = [estimate for estimate in off if estimate < 0]  # their clock minus its own
@@ -97,7 +94,7 @@ def clock_fence(
             f"than {bound}, so they refuse its versions or it refuses theirs. It serves no "
             "client until its clock is back within the bound"
         )
-    if behind_it and len(behind_it) >= with_it and not vouched:
+    if behind_it and len(behind_it) >= with_it and not behind_moved:
         typical = behind_it[len(behind_it) // 2]
         return (
             f"this node's clock is ~{_seconds(abs(typical))} s ahead of {len(behind_it)} of "

@@ -14,9 +14,9 @@ Its clock off (rule 9.13). Every answer it gets carries the peer's wall clock
 (`dht.model.clock_offset`). When the peers whose clocks are off from its own by more than
 `--max-clock-drift` are more than half of the cluster, its writes would be refused by
 them (or theirs by it) while it answered reads with its own; when those behind it are
-as many as the nodes that answered with it and no look has vouched for its clock since
-it started or its clock stepped, its writes refused by them would stay in its own copy
-ahead of later ones. Either way it stops serving clients until a later look finds its
+as many as the nodes that answered with it, and not each of them is known to have jumped
+back (`_moved_back`), its writes refused by them would stay in its own copy ahead of
+later ones. Either way it stops serving clients until a later look finds its
 clock back within the bound. Not saved: a restart looks again before it serves.
 
 Both come from one look, at start before the node serves and every `interval` after:
@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 FENCE_FILE = "fenced.json"
 CHECK_INTERVAL = 5.0
+# The fastest a clock is taken to drift with no step (a bad crystal, NTP off or slewing
+# at its limit): a peer's answer, and a jump back seen in it, count for as long as this
+# node's clock drifting so fast moves a quarter of the bound (`_memory_ns`).
+MAX_DRIFT_RATE = 0.001
 # How soon the watch looks again while a peer has never answered: peers started with
 # this node (a whole cluster at once) open their ports a moment after its first look.
 ASK_AGAIN = 0.1
@@ -107,10 +111,12 @@ class FenceWatch:
         # Each peer's offset as the last look measured it (None: no answer, or no clock).
         self.offsets: dict[str, Offset | None] = {}
         self._answered: set[str] = set()  # peers that answered at least once
-        # This node's wall clock minus its monotonic one (ms) at the last look that
-        # vouched for its clock (a peer within the bound, the node not fenced); None
-        # since it started, or since its wall clock stepped by over half the bound.
-        self._vouched_at: int | None = None
+        # Each peer's offset at its last answer, with this node's wall clock minus its
+        # monotonic one (ms) and its monotonic time (ms) at that look; and the peers
+        # seen to jump back past the bound since (clock_offset.clock_fence's
+        # `behind_moved`), until they are within it again.
+        self._last: dict[str, tuple[Offset, int, int]] = {}
+        self._moved_back: dict[str, tuple[int, int]] = {}  # the same, at the jump's look
         self._task = OwnedTask("fence", self._run)
         if self.fenced is not None:
             fence(self.fenced)  # removed before this start: clients are refused at once
@@ -168,9 +174,12 @@ class FenceWatch:
             self._set(f"this node was removed from the cluster (its step, epoch {own.epoch})")
             return 0
         peers = list(self._peers.by_url.items())
+        # This node's clock as the asks leave: a step of it while they are out is a
+        # step since this look, seen at the next one (found by review).
+        base = (self._wall_ms() - self._monotonic_ns() // 1_000_000, self._monotonic_ns())
         asks = [asyncio.ensure_future(self._ask(peer)) for _, peer in peers]
         try:
-            return await self._judge(peers, asks, within)
+            return await self._judge(peers, asks, within, base)
         finally:
             # Whether this look ended, returned early or was cancelled (the node
             # stopping): no ask outlives it, and none fails unseen (found by review:
@@ -186,6 +195,7 @@ class FenceWatch:
         peers: list[tuple[str, Peer]],
         asks: list[asyncio.Task[tuple[Any, Offset | None]]],
         within: float | None,
+        base: tuple[int, int],
     ) -> int:
         if asks:
             await asyncio.wait(asks, timeout=within)
@@ -211,7 +221,7 @@ class FenceWatch:
                     "its data folder, and start it with --join to bring it back"
                 )
                 return 0
-        self._judge_clock(offsets)
+        self._judge_clock(offsets, base)
         return unanswered
 
     async def _ask(self, peer: Peer) -> tuple[Any, Offset | None]:
@@ -224,18 +234,20 @@ class FenceWatch:
         received_ms = sent_ms + -(-(self._monotonic_ns() - started) // 1_000_000)  # rounded up
         return step, _offset(headers, sent_ms, received_ms)
 
-    def _judge_clock(self, offsets: dict[str, Offset | None]) -> None:
+    def _judge_clock(self, offsets: dict[str, Offset | None], base: tuple[int, int]) -> None:
+        """`base`: this node's wall minus monotonic clock (ms) and its monotonic clock
+        (ns) as the look's asks left."""
         self.offsets = offsets
         nodes = self._membership.state.members | {self._self_url}
-        measured = [
-            offset for url, offset in offsets.items() if offset is not None and url in nodes
-        ]
-        reason = clock_fence(measured, len(nodes), self._max_drift_ms, self._vouched())
-        agreed = any(not offset.beyond(self._max_drift_ms) for offset in measured)
-        if reason is None and agreed:
-            self._vouched_at = self._wall_ms() - self._monotonic_ns() // 1_000_000
-        elif reason is not None:
-            self._vouched_at = None
+        measured = {
+            url: offset for url, offset in offsets.items() if offset is not None and url in nodes
+        }
+        behind = [url for url, offset in measured.items() if offset.high_ms < -self._max_drift_ms]
+        self._forget_old_moves(base)
+        for url, offset in measured.items():
+            self._note_move(url, offset, base)
+        behind_moved = bool(behind) and all(url in self._moved_back for url in behind)
+        reason = clock_fence(measured.values(), len(nodes), self._max_drift_ms, behind_moved)
         before, self.clock_fenced = self.clock_fenced, reason
         if reason != before:  # fenced, lifted, or the offset it says moved
             self._fence(self.refusal)
@@ -244,16 +256,43 @@ class FenceWatch:
         elif before is not None and reason is None:
             log.warning("clock fence lifted: this node's clock is within the bound again")
 
-    def _vouched(self) -> bool:
-        """Whether a look vouched for this node's clock and its wall clock has not
-        stepped, against its monotonic clock, by more than half the bound since."""
-        if self._vouched_at is None:
-            return False
-        stepped = self._wall_ms() - self._monotonic_ns() // 1_000_000 - self._vouched_at
-        if abs(stepped) > self._max_drift_ms // 2:
-            self._vouched_at = None
-            return False
-        return True
+    def _memory_ns(self) -> float:
+        """How long a peer's answer counts (MAX_DRIFT_RATE): 4 h 10 min at a 60 s bound."""
+        return self._max_drift_ms / 4 / MAX_DRIFT_RATE * 1e6
+
+    def _note_move(self, url: str, offset: Offset, base: tuple[int, int]) -> None:
+        """Records `url`'s offset, and whether its clock just jumped back: within the
+        bound at its last answer (recent enough that no drift of this node's clock
+        since can pass for its move), behind past it now, by more than half the bound
+        after taking away any step of this node's own clock."""
+        bound = self._max_drift_ms
+        skew_ms, monotonic_ns = base
+        last = self._last.get(url)
+        self._last[url] = (offset, skew_ms, monotonic_ns)
+        if not offset.beyond(bound):
+            self._moved_back.pop(url, None)
+            return
+        if last is None or offset.high_ms >= -bound:
+            return
+        was, was_skew_ms, was_monotonic_ns = last
+        recent = monotonic_ns - was_monotonic_ns <= self._memory_ns()
+        if recent and -bound <= was.low_ms and was.high_ms <= bound:
+            # Its clock minus this one fell by at least this much; a step of this
+            # node's own clock ahead since accounts for that much of it.
+            moved = offset.high_ms - was.low_ms + (skew_ms - was_skew_ms)
+            if moved < -bound // 2:
+                self._moved_back[url] = base
+
+    def _forget_old_moves(self, base: tuple[int, int]) -> None:
+        """A jump back stops counting once this node's own clock has stepped by more
+        than half the bound since it was seen, or could have drifted a quarter of it:
+        then this node may have moved too (a mark kept for ever would
+        hide a later step of this node's own clock ahead)."""
+        skew_ms, monotonic_ns = base
+        for url, (seen_skew_ms, seen_monotonic_ns) in list(self._moved_back.items()):
+            stepped = abs(skew_ms - seen_skew_ms) > self._max_drift_ms // 2
+            if stepped or monotonic_ns - seen_monotonic_ns > self._memory_ns():
+                del self._moved_back[url]
 
     def _set(self, reason: str) -> None:
         self.fenced = reason

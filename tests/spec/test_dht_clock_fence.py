@@ -120,11 +120,11 @@ def test_with_two_nodes_a_node_restarted_behind_leaves_the_right_one_serving(
     start_cluster: ClusterFactory,
 ) -> None:
     """Found by review: the right node sees its one peer behind it and no one with it;
-    its clock is vouched for by its looks before the restart, so it is not fenced (only
-    the wrong clock would serve). The node behind is not fenced either: nothing it writes
-    takes an acknowledged write away (rule 9.13)."""
+    its looks saw the peer jump back past the bound, a move of the peer's, so it is not
+    fenced (only the wrong clock would serve). The node behind is not fenced either:
+    nothing it writes takes an acknowledged write away (rule 9.13)."""
     right, moved = start_cluster(2)
-    assert measured(right, 1)["fenced"] is None  # a look within the bound: vouched for
+    assert measured(right, 1)["fenced"] is None  # a look within the bound, remembered
     moved.stop()
     moved.extra_args += ["--clock-skew", str(-SKEW)]
     moved.start()

@@ -1,0 +1,193 @@
+"""The clock fence's second rule (SPEC.md rule 9.13) on a node whose peers split evenly:
+it is spared for being ahead only of peers seen to jump back past the bound, a move its
+own clock did not make. Found by two reviews: a rule with no exception fenced the right
+node when a peer restarted behind; a voucher for "its own clock did not step" let a node
+drift, step in small steps, or be vouched for by a peer wrong the same way, and serve
+ahead. Here this node is n1; n3 is down unless a test says otherwise; the clocks (this
+node's wall and monotonic, true time) move only when a test moves them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dht.model.machine import Machine
+from dht.model.topology import STABLE, TopologyState
+from dht.replication.fence import FenceWatch
+from dht.storage.membership import Membership
+from dht.transport.peers import PeerError
+from dht.transport.wire import CLOCK_HEADER
+
+NOW = 1_700_000_000_000
+BOUND_MS = 60_000
+URLS = ["http://n1:1", "http://n2:2", "http://n3:3"]
+STEP = TopologyState(0, STABLE, tuple(URLS))
+
+
+class Clocks:
+    """True time, and this node's wall and monotonic clocks (ms)."""
+
+    def __init__(self) -> None:
+        self.true = NOW
+        self.wall = NOW
+        self.monotonic = 10_000
+
+    def tick(self, ms: int, own_rate: float = 1.0) -> None:
+        """`ms` of true time pass; this node's crystal runs at `own_rate` (its wall and
+        monotonic clocks alike, as a crystal or NTP's slew moves both)."""
+        self.true += ms
+        self.wall += round(ms * own_rate)
+        self.monotonic += round(ms * own_rate)
+
+
+class Peer:
+    """Answers at once with its clock, or fails when `down`; `during` runs between its
+    reading of its clock and its answer reaching this node."""
+
+    def __init__(self, url: str, clock: Callable[[], int]) -> None:
+        self.url, self.clock, self.down = url, clock, False
+        self.during: Callable[[], None] | None = None
+
+    async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
+        if self.down:
+            raise PeerError(f"{self.url}: connection refused")
+        header = {CLOCK_HEADER: str(self.clock())}
+        if self.during is not None:
+            self.during()
+            self.during = None
+        await asyncio.sleep(0)
+        return STEP.to_json(), header
+
+
+class Peers:
+    def __init__(self, peers: list[Peer]) -> None:
+        self.by_url = {peer.url: peer for peer in peers}
+
+
+def watch(
+    tmp_path: Path, clocks: Clocks, n2_clock: Callable[[], int]
+) -> tuple[FenceWatch, Peer, Peer]:
+    n2, n3 = Peer(URLS[1], n2_clock), Peer(URLS[2], lambda: clocks.true)
+    n3.down = True
+    fence = FenceWatch(
+        URLS[0],
+        tmp_path,
+        Membership(tmp_path, STEP, 8),
+        Peers([n2, n3]),  # type: ignore[arg-type]
+        lambda _: None,
+        lambda: clocks.wall,
+        BOUND_MS,
+        1.0,
+        machine=Machine(monotonic_ns=lambda: clocks.monotonic * 1_000_000),
+    )
+    return fence, n2, n3
+
+
+def ahead_of_n2_s(fence: FenceWatch) -> float:
+    offset = fence.offsets[URLS[1]]
+    assert offset is not None
+    return -offset.estimate_ms / 1000
+
+
+async def test_a_peer_that_jumps_back_leaves_this_node_serving_until_its_own_clock_steps(
+    tmp_path: Path,
+) -> None:
+    clocks = Clocks()
+    n2_wall = Clocks()
+    fence, _, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
+    await fence.first_check()
+    n2_wall.true -= 120_000  # n2 restarted two minutes behind
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is None  # the move was n2's
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is None  # still n2's, look after look
+    clocks.wall += 120_000  # now this node steps ahead too
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is not None and "~240 s ahead of 1 of the 2" in fence.clock_fenced
+
+
+async def test_a_node_drifting_ahead_is_fenced_once_past_the_bound(tmp_path: Path) -> None:
+    """Its crystal 1 % fast (or NTP slewing it the wrong way): no step, no jump."""
+    clocks = Clocks()
+    fence, _, _ = watch(tmp_path, clocks, lambda: clocks.true)
+    await fence.first_check()
+    for _ in range(1400):  # 1,400 looks 5 s apart: 70 s ahead by the end
+        clocks.tick(5_000, own_rate=1.01)
+        await fence.check()
+    assert ahead_of_n2_s(fence) > 60
+    assert fence.clock_fenced is not None
+
+
+async def test_steps_each_under_half_the_bound_add_up_to_a_fence(tmp_path: Path) -> None:
+    clocks = Clocks()
+    fence, _, _ = watch(tmp_path, clocks, lambda: clocks.true)
+    await fence.first_check()
+    for _ in range(3):
+        clocks.wall += 29_000
+        clocks.tick(5_000)
+        await fence.check()
+    assert 86 < ahead_of_n2_s(fence) < 88
+    assert fence.clock_fenced is not None
+
+
+async def test_a_peer_wrong_the_same_way_does_not_spare_it_from_the_right_one(
+    tmp_path: Path,
+) -> None:
+    """n1 and n2 both two minutes ahead, n3 right: then n2 goes. n3 was never within
+    the bound of n1, so n1 ahead of it is fenced."""
+    clocks = Clocks()
+    clocks.wall += 120_000
+    fence, n2, n3 = watch(tmp_path, clocks, lambda: clocks.true + 120_000)
+    n3.down = False
+    await fence.first_check()
+    assert fence.clock_fenced is None  # n2 with it, n3 behind: 1 of 3
+    n2.down = True
+    clocks.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is not None
+
+
+async def test_a_step_while_the_asks_are_out_is_seen_as_this_nodes_own(tmp_path: Path) -> None:
+    clocks = Clocks()
+    fence, n2, _ = watch(tmp_path, clocks, lambda: clocks.true)
+
+    def step() -> None:
+        clocks.wall += 120_000
+
+    n2.during = step  # after n2 read its clock, before its answer came
+    await fence.first_check()
+    clocks.tick(5_000)
+    await fence.check()
+    assert 119 < ahead_of_n2_s(fence) < 121
+    assert fence.clock_fenced is not None
+
+
+async def test_a_long_round_trip_does_not_count_as_a_peer_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Restarted two minutes ahead and fenced; one look takes four minutes (a pause):
+    its interval is too wide to say the peer is off, and too wide to say it was within
+    it when it then shows behind."""
+    clocks = Clocks()
+    clocks.wall += 120_000
+    fence, n2, _ = watch(tmp_path, clocks, lambda: clocks.true)
+    await fence.first_check()
+    assert fence.clock_fenced is not None
+
+    def pause() -> None:
+        clocks.tick(240_000)
+
+    n2.during = pause
+    await fence.check()
+    clocks.tick(5_000)
+    await fence.check()
+    assert 119 < ahead_of_n2_s(fence) < 121
+    assert fence.clock_fenced is not None
