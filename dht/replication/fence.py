@@ -111,12 +111,13 @@ class FenceWatch:
         # Each peer's offset as the last look measured it (None: no answer, or no clock).
         self.offsets: dict[str, Offset | None] = {}
         self._answered: set[str] = set()  # peers that answered at least once
-        # Each peer's offset at its last answer, with this node's wall clock minus its
-        # monotonic one (ms) and its monotonic time (ms) at that look; and the peers
-        # seen to jump back past the bound since (clock_offset.clock_fence's
-        # `behind_moved`), until they are within it again.
+        # Each peer's offset at its last answer that said within or beyond the bound,
+        # with this node's wall clock minus its monotonic one (ms) and its monotonic
+        # time (ns) at that look; and the peers seen to jump back past the bound since
+        # (clock_offset.clock_fence's `behind_moved`), until they are within it again:
+        # the same two figures at the jump's look, and how far the peer moved (ms).
         self._last: dict[str, tuple[Offset, int, int]] = {}
-        self._moved_back: dict[str, tuple[int, int]] = {}  # the same, at the jump's look
+        self._moved_back: dict[str, tuple[int, int, int]] = {}
         self._task = OwnedTask("fence", self._run)
         if self.fenced is not None:
             fence(self.fenced)  # removed before this start: clients are refused at once
@@ -177,7 +178,7 @@ class FenceWatch:
         # This node's clock as the asks leave: a step of it while they are out is a
         # step since this look, seen at the next one (found by review).
         base = (self._wall_ms() - self._monotonic_ns() // 1_000_000, self._monotonic_ns())
-        asks = [asyncio.ensure_future(self._ask(peer)) for _, peer in peers]
+        asks = [asyncio.ensure_future(self._ask(peer, base[0])) for _, peer in peers]
         try:
             return await self._judge(peers, asks, within, base)
         finally:
@@ -224,12 +225,12 @@ class FenceWatch:
         self._judge_clock(offsets, base)
         return unanswered
 
-    async def _ask(self, peer: Peer) -> tuple[Any, Offset | None]:
+    async def _ask(self, peer: Peer, skew_ms: int) -> tuple[Any, Offset | None]:
         """A peer's step, and its clock's offset from this one's when it says its clock.
         The round trip is timed on the monotonic clock, so a step of the wall clock
         while the answer travels cannot shrink the interval."""
-        sent_ms = self._wall_ms()
         started = self._monotonic_ns()
+        sent_ms = skew_ms + started // 1_000_000
         step, headers = await peer.get_json(TOPOLOGY_PATH)
         received_ms = sent_ms + -(-(self._monotonic_ns() - started) // 1_000_000)  # rounded up
         return step, _offset(headers, sent_ms, received_ms)
@@ -246,7 +247,9 @@ class FenceWatch:
         self._forget_old_moves(base)
         for url, offset in measured.items():
             self._note_move(url, offset, base)
-        behind_moved = bool(behind) and all(url in self._moved_back for url in behind)
+        behind_moved = bool(behind) and all(
+            self._only_its_move(url, measured[url]) for url in behind
+        )
         reason = clock_fence(measured.values(), len(nodes), self._max_drift_ms, behind_moved)
         before, self.clock_fenced = self.clock_fenced, reason
         if reason != before:  # fenced, lifted, or the offset it says moved
@@ -268,7 +271,8 @@ class FenceWatch:
         bound = self._max_drift_ms
         skew_ms, monotonic_ns = base
         last = self._last.get(url)
-        self._last[url] = (offset, skew_ms, monotonic_ns)
+        if offset.beyond(bound) or (-bound <= offset.low_ms and offset.high_ms <= bound):
+            self._last[url] = (offset, skew_ms, monotonic_ns)  # not one too wide to say
         if not offset.beyond(bound):
             self._moved_back.pop(url, None)
             return
@@ -276,12 +280,21 @@ class FenceWatch:
             return
         was, was_skew_ms, was_monotonic_ns = last
         recent = monotonic_ns - was_monotonic_ns <= self._memory_ns()
-        if recent and -bound <= was.low_ms and was.high_ms <= bound:
+        stepped = abs(skew_ms - was_skew_ms) > bound // 2
+        if recent and not stepped and -bound <= was.low_ms and was.high_ms <= bound:
             # Its clock minus this one fell by at least this much; a step of this
             # node's own clock ahead since accounts for that much of it.
             moved = offset.high_ms - was.low_ms + (skew_ms - was_skew_ms)
             if moved < -bound // 2:
-                self._moved_back[url] = base
+                self._moved_back[url] = (skew_ms, monotonic_ns, moved)
+
+    def _only_its_move(self, url: str, offset: Offset) -> bool:
+        """Whether `url` is known to have jumped back, and is behind this node past the
+        bound by no more than that jump: less its jump, it might be within the bound
+        (found by review: a node within the bound but near it, whose peer then jumped
+        back, could step ahead by under half the bound and be spared past it)."""
+        move = self._moved_back.get(url)
+        return move is not None and offset.high_ms - move[2] >= -self._max_drift_ms
 
     def _forget_old_moves(self, base: tuple[int, int]) -> None:
         """A jump back stops counting once this node's own clock has stepped by more
@@ -289,7 +302,7 @@ class FenceWatch:
         then this node may have moved too (a mark kept for ever would
         hide a later step of this node's own clock ahead)."""
         skew_ms, monotonic_ns = base
-        for url, (seen_skew_ms, seen_monotonic_ns) in list(self._moved_back.items()):
+        for url, (seen_skew_ms, seen_monotonic_ns, _) in list(self._moved_back.items()):
             stepped = abs(skew_ms - seen_skew_ms) > self._max_drift_ms // 2
             if stepped or monotonic_ns - seen_monotonic_ns > self._memory_ns():
                 del self._moved_back[url]

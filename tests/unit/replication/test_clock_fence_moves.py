@@ -191,3 +191,119 @@ async def test_a_long_round_trip_does_not_count_as_a_peer_within_the_bound(
     await fence.check()
     assert 119 < ahead_of_n2_s(fence) < 121
     assert fence.clock_fenced is not None
+
+
+# Found by a third review, each a way the rule above spared a node really ahead (or
+# fenced the right one), now held:
+
+
+async def test_a_step_ahead_in_the_same_interval_as_a_peer_jump_is_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    """This node steps 120 s ahead while its peer restarts 40 s behind: less its own
+    step, the peer moved 40 s, a jump; but its own step says it may have moved too."""
+    clocks, n2_wall = Clocks(), Clocks()
+    fence, _, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
+    await fence.first_check()
+    clocks.wall += 120_000
+    n2_wall.true -= 40_000
+    for _ in range(3):
+        clocks.tick(5_000)
+        n2_wall.tick(5_000)
+        await fence.check()
+        assert fence.clock_fenced is not None
+
+
+async def test_a_step_of_its_own_clock_between_the_look_and_the_asks_is_its_own(
+    tmp_path: Path,
+) -> None:
+    """The asks take the look's base for their send times: a step after it is seen by
+    neither this look's offsets nor its base, and by both at the next."""
+    clocks = Clocks()
+    fence, _, _ = watch(tmp_path, clocks, lambda: clocks.true)
+    await fence.first_check()
+    reads = 0
+
+    def wall() -> int:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # the first read after the base's
+            clocks.wall += 120_000
+        return clocks.wall
+
+    fence._wall_ms = wall  # type: ignore[method-assign]
+    clocks.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is None  # the step is not in this look at all,
+    assert URLS[1] not in fence._moved_back  # nor taken for its peer's jump
+    clocks.tick(5_000)
+    await fence.check()
+    assert 119 < ahead_of_n2_s(fence) < 121
+    assert fence.clock_fenced is not None
+
+
+async def test_a_node_near_the_bound_whose_peer_jumps_back_is_fenced_once_past_it(
+    tmp_path: Path,
+) -> None:
+    """55 s ahead (within), its peer jumps 40 s back (spared), then it steps 29 s ahead,
+    under half the bound: less the peer's jump, the peer is 84 s behind it, past it."""
+    clocks, n2_wall = Clocks(), Clocks()
+    clocks.wall += 55_000
+    fence, _, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
+    await fence.first_check()
+    n2_wall.true -= 40_000
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is None
+    clocks.wall += 29_000
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert fence.clock_fenced is not None
+
+
+async def test_a_wide_first_answer_after_a_peer_restarted_behind_erases_nothing(
+    tmp_path: Path,
+) -> None:
+    """Its first answer after the restart took 70 s (neither within nor beyond): the
+    answer within from before it still counts, so the next, certain one is a jump."""
+    clocks, n2_wall = Clocks(), Clocks()
+    slow = False
+
+    def n2_clock() -> int:
+        nonlocal slow
+        if slow:
+            slow = False
+            clocks.tick(70_000)
+            n2_wall.tick(70_000)
+        return n2_wall.true
+
+    fence, _, _ = watch(tmp_path, clocks, n2_clock)
+    await fence.first_check()
+    n2_wall.true -= 120_000
+    slow = True
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    clocks.tick(5_000)
+    n2_wall.tick(5_000)
+    await fence.check()
+    assert 119 < ahead_of_n2_s(fence) < 121
+    assert fence.clock_fenced is None
+
+
+async def test_a_peer_silent_an_hour_that_comes_back_behind_leaves_this_node_serving(
+    tmp_path: Path,
+) -> None:
+    clocks, n2_wall = Clocks(), Clocks()
+    fence, n2, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
+    await fence.first_check()
+    n2.down = True
+    clocks.tick(3_600_000)
+    n2_wall.tick(3_600_000)
+    await fence.check()
+    n2_wall.true -= 120_000
+    n2.down = False
+    await fence.check()
+    assert fence.clock_fenced is None
