@@ -27,11 +27,11 @@ everything written since, which it loses to: it takes nothing acknowledged away.
 Unless each peer behind it is known to have moved (`behind_moved`): seen within the
 bound a little earlier, then behind it past the bound, by a jump of more than half the
 bound that this node's own clock did not make (a peer restarted with its clock behind),
-and less that jump not past the bound.
-Fencing the node then would leave only the wrong clock serving, or, with the link
-between two right nodes cut, none (found by review). Drift, a slew or a series of small
-steps never makes such a jump, and a peer never seen within the bound is never known to
-have moved, so a node ahead of it is fenced (`dht.replication.fence` keeps the record).
+and, less that jump, not past the bound. Fencing the node then would leave only the
+wrong clock serving, or, with the link between two right nodes cut, none (found by
+review). Drift, a slew or a series of small steps never makes such a jump, and a peer
+never seen within the bound is never known to have moved, so a node ahead of it is
+fenced (`dht.replication.fence` keeps the record).
 """
 
 from __future__ import annotations

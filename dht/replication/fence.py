@@ -14,9 +14,9 @@ Its clock off (rule 9.13). Every answer it gets carries the peer's wall clock
 (`dht.model.clock_offset`). When the peers whose clocks are off from its own by more than
 `--max-clock-drift` are more than half of the cluster, its writes would be refused by
 them (or theirs by it) while it answered reads with its own; when those behind it are
-as many as the nodes that answered with it, and not each of them is known to have jumped
-back (`_moved_back`), its writes refused by them would stay in its own copy ahead of
-later ones. Either way it stops serving clients until a later look finds its
+at least as many as the nodes that answered with it, and not each of them is known to
+have jumped back (`_moved_back`), its writes refused by them would stay in its own copy
+ahead of later ones. Either way it stops serving clients until a later look finds its
 clock back within the bound. Not saved: a restart looks again before it serves.
 
 Both come from one look, at start before the node serves and every `interval` after:
@@ -299,8 +299,8 @@ class FenceWatch:
     def _forget_old_moves(self, base: tuple[int, int]) -> None:
         """A jump back stops counting once this node's own clock has stepped by more
         than half the bound since it was seen, or could have drifted a quarter of it:
-        then this node may have moved too (a mark kept for ever would
-        hide a later step of this node's own clock ahead)."""
+        then this node may have moved too (a mark kept for ever would hide a later
+        step of this node's own clock ahead)."""
         skew_ms, monotonic_ns = base
         for url, (seen_skew_ms, seen_monotonic_ns, _) in list(self._moved_back.items()):
             stepped = abs(skew_ms - seen_skew_ms) > self._max_drift_ms // 2
