@@ -104,6 +104,11 @@ RESUME_MARGIN = 1 * MiB
 RESTAMPS = 3
 # How long a starting node waits for its peers' steps before it serves.
 FIRST_CHECK_SECONDS = 0.5
+# The fastest a clock is taken to drift with no step (a bad crystal, NTP off or slewing
+# at its limit): a peer's answer, and its clock's jump back seen in it, count for as long
+# as this node's clock drifting so fast would move a quarter of --max-clock-drift
+# (SPEC.md rule 9.13; 4 h 10 min at 60 s).
+MAX_DRIFT_RATE = 0.001
 # A node that does not answer the membership driver at all for this long stops the
 # change (SPEC.md rule 13.8).
 NO_ANSWER_DEADLINE = 10.0

@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from dht.limits import FIRST_CHECK_SECONDS, LATEST_CLOCK_MS
+from dht.limits import FIRST_CHECK_SECONDS, LATEST_CLOCK_MS, MAX_DRIFT_RATE
 from dht.model.clock_offset import Offset, clock_fence
 from dht.model.machine import SYSTEM, Machine
 from dht.model.topology import TopologyState, removed
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 
 FENCE_FILE = "fenced.json"
 CHECK_INTERVAL = 5.0
-# The fastest a clock is taken to drift with no step (a bad crystal, NTP off or slewing
-# at its limit): a peer's answer, and a jump back seen in it, count for as long as this
-# node's clock drifting so fast moves a quarter of the bound (`_memory_ns`).
-MAX_DRIFT_RATE = 0.001
 # How soon the watch looks again while a peer has never answered: peers started with
 # this node (a whole cluster at once) open their ports a moment after its first look.
 ASK_AGAIN = 0.1
