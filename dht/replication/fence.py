@@ -172,8 +172,11 @@ class FenceWatch:
             return 0
         peers = list(self._peers.by_url.items())
         # This node's clock as the asks leave: a step of it while they are out is a
-        # step since this look, seen at the next one (found by review).
-        base = (self._wall_ms() - self._monotonic_ns() // 1_000_000, self._monotonic_ns())
+        # step since this look, seen at the next one (found by review). Its monotonic
+        # part rounded up, so that a send time taken from it is never later than the
+        # send (the offset's interval holds).
+        monotonic_ns = self._monotonic_ns()
+        base = (self._wall_ms() - -(-monotonic_ns // 1_000_000), monotonic_ns)
         asks = [asyncio.ensure_future(self._ask(peer, base[0])) for _, peer in peers]
         try:
             return await self._judge(peers, asks, within, base)

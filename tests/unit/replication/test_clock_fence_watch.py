@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dht.model.machine import Machine
 from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
 from dht.storage.membership import Membership
@@ -63,6 +64,9 @@ def watch(tmp_path: Path, own: Wall, peers: list[PeerFromMemory]) -> tuple[Fence
         own,
         BOUND_MS,
         1.0,
+        # Its monotonic clock stands still, as its wall clock does unless a test moves
+        # it: a wall clock left behind a running monotonic one would be one drifting.
+        machine=Machine(monotonic_ns=lambda: 10_000_000_000),
     )
     return fence, told
 
