@@ -8,22 +8,16 @@ node's wall and monotonic, true time) move only when a test moves them."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from dht.model.machine import Machine
-from dht.model.topology import STABLE, TopologyState
 from dht.replication.fence import FenceWatch
-from dht.storage.membership import Membership
-from dht.transport.peers import PeerError
-from dht.transport.wire import CLOCK_HEADER
-
-NOW = 1_700_000_000_000
-BOUND_MS = 60_000
-URLS = ["http://n1:1", "http://n2:2", "http://n3:3"]
-STEP = TopologyState(0, STABLE, tuple(URLS))
+from tests.unit.replication.test_clock_fence_watch import (
+    NOW,
+    URLS,
+    PeerFromMemory,
+)
+from tests.unit.replication.test_clock_fence_watch import watch as watch_of
 
 
 class Clocks:
@@ -42,47 +36,23 @@ class Clocks:
         self.monotonic += round(ms * own_rate)
 
 
-class Peer:
-    """Answers at once with its clock, or fails when `down`; `during` runs between its
-    reading of its clock and its answer reaching this node."""
-
-    def __init__(self, url: str, clock: Callable[[], int]) -> None:
-        self.url, self.clock, self.down = url, clock, False
-        self.during: Callable[[], None] | None = None
-
-    async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
-        if self.down:
-            raise PeerError(f"{self.url}: connection refused")
-        header = {CLOCK_HEADER: str(self.clock())}
-        if self.during is not None:
-            self.during()
-            self.during = None
-        await asyncio.sleep(0)
-        return STEP.to_json(), header
-
-
-class Peers:
-    def __init__(self, peers: list[Peer]) -> None:
-        self.by_url = {peer.url: peer for peer in peers}
-
-
 def watch(
     tmp_path: Path, clocks: Clocks, n2_clock: Callable[[], int]
-) -> tuple[FenceWatch, Peer, Peer]:
-    n2, n3 = Peer(URLS[1], n2_clock), Peer(URLS[2], lambda: clocks.true)
+) -> tuple[FenceWatch, PeerFromMemory, PeerFromMemory]:
+    """The watch of n1 on `clocks`, n2 answering with `n2_clock`, n3 down and right."""
+    n2, n3 = PeerFromMemory(URLS[1], n2_clock), PeerFromMemory(URLS[2], lambda: clocks.true)
     n3.down = True
-    fence = FenceWatch(
-        URLS[0],
-        tmp_path,
-        Membership(tmp_path, STEP, 8),
-        Peers([n2, n3]),  # type: ignore[arg-type]
-        lambda _: None,
-        lambda: clocks.wall,
-        BOUND_MS,
-        1.0,
-        machine=Machine(monotonic_ns=lambda: clocks.monotonic * 1_000_000),
+    fence, _ = watch_of(
+        tmp_path, lambda: clocks.wall, [n2, n3], lambda: clocks.monotonic * 1_000_000
     )
     return fence, n2, n3
+
+
+async def look(fence: FenceWatch, *clocks: Clocks) -> None:
+    """Five seconds of true time pass on each of `clocks`, then the fence looks."""
+    for clock in clocks:
+        clock.tick(5_000)
+    await fence.check()
 
 
 def ahead_of_n2_s(fence: FenceWatch) -> float:
@@ -99,18 +69,12 @@ async def test_a_peer_that_jumps_back_leaves_this_node_serving_until_its_own_clo
     fence, _, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
     await fence.first_check()
     n2_wall.true -= 120_000  # n2 restarted two minutes behind
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
     assert fence.clock_fenced is None  # the move was n2's
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
     assert fence.clock_fenced is None  # still n2's, look after look
     clocks.wall += 120_000  # now this node steps ahead too
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
     assert fence.clock_fenced is not None and "~240 s ahead of 1 of the 2" in fence.clock_fenced
 
 
@@ -132,8 +96,7 @@ async def test_steps_each_under_half_the_bound_add_up_to_a_fence(tmp_path: Path)
     await fence.first_check()
     for _ in range(3):
         clocks.wall += 29_000
-        clocks.tick(5_000)
-        await fence.check()
+        await look(fence, clocks)
     assert 86 < ahead_of_n2_s(fence) < 88
     assert fence.clock_fenced is not None
 
@@ -150,8 +113,7 @@ async def test_a_peer_wrong_the_same_way_does_not_spare_it_from_the_right_one(
     await fence.first_check()
     assert fence.clock_fenced is None  # n2 with it, n3 behind: 1 of 3
     n2.down = True
-    clocks.tick(5_000)
-    await fence.check()
+    await look(fence, clocks)
     assert fence.clock_fenced is not None
 
 
@@ -164,8 +126,7 @@ async def test_a_step_while_the_asks_are_out_is_seen_as_this_nodes_own(tmp_path:
 
     n2.during = step  # after n2 read its clock, before its answer came
     await fence.first_check()
-    clocks.tick(5_000)
-    await fence.check()
+    await look(fence, clocks)
     assert 119 < ahead_of_n2_s(fence) < 121
     assert fence.clock_fenced is not None
 
@@ -187,8 +148,7 @@ async def test_a_long_round_trip_does_not_count_as_a_peer_within_the_bound(
 
     n2.during = pause
     await fence.check()
-    clocks.tick(5_000)
-    await fence.check()
+    await look(fence, clocks)
     assert 119 < ahead_of_n2_s(fence) < 121
     assert fence.clock_fenced is not None
 
@@ -208,9 +168,7 @@ async def test_a_step_ahead_in_the_same_interval_as_a_peer_jump_is_not_taken_for
     clocks.wall += 120_000
     n2_wall.true -= 40_000
     for _ in range(3):
-        clocks.tick(5_000)
-        n2_wall.tick(5_000)
-        await fence.check()
+        await look(fence, clocks, n2_wall)
         assert fence.clock_fenced is not None
 
 
@@ -232,12 +190,10 @@ async def test_a_step_of_its_own_clock_between_the_look_and_the_asks_is_its_own(
         return clocks.wall
 
     fence._wall_ms = wall  # type: ignore[method-assign]
-    clocks.tick(5_000)
-    await fence.check()
+    await look(fence, clocks)
     assert fence.clock_fenced is None  # the step is not in this look at all,
     assert URLS[1] not in fence._moved_back  # nor taken for its peer's jump
-    clocks.tick(5_000)
-    await fence.check()
+    await look(fence, clocks)
     assert 119 < ahead_of_n2_s(fence) < 121
     assert fence.clock_fenced is not None
 
@@ -252,14 +208,10 @@ async def test_a_node_near_the_bound_whose_peer_jumps_back_is_fenced_once_past_i
     fence, _, _ = watch(tmp_path, clocks, lambda: n2_wall.true)
     await fence.first_check()
     n2_wall.true -= 40_000
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
     assert fence.clock_fenced is None
     clocks.wall += 29_000
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
     assert fence.clock_fenced is not None
 
 
@@ -283,12 +235,8 @@ async def test_a_wide_first_answer_after_a_peer_restarted_behind_erases_nothing(
     await fence.first_check()
     n2_wall.true -= 120_000
     slow = True
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
-    clocks.tick(5_000)
-    n2_wall.tick(5_000)
-    await fence.check()
+    await look(fence, clocks, n2_wall)
+    await look(fence, clocks, n2_wall)
     assert 119 < ahead_of_n2_s(fence) < 121
     assert fence.clock_fenced is None
 

@@ -5,6 +5,7 @@ the server, and lifts the fence as soon as a look finds its clock back within th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,23 @@ class Wall:
 
 
 class PeerFromMemory:
-    """Answers its step at once, with a clock of its own, or fails when `down`."""
+    """Answers its step at once, with a clock of its own, or fails when `down`; `during`
+    runs once between its reading of its clock and its answer reaching this node."""
 
-    def __init__(self, url: str, clock: Wall) -> None:
+    def __init__(self, url: str, clock: Callable[[], int]) -> None:
         self.url = url
         self.clock = clock
         self.down = False
         self.header = True
+        self.during: Callable[[], None] | None = None
 
     async def get_json(self, path: str) -> tuple[Any, dict[str, str]]:
         if self.down:
             raise PeerError(f"{self.url}: connection refused")
         headers = {CLOCK_HEADER: str(self.clock())} if self.header else {}
+        if self.during is not None:
+            self.during()
+            self.during = None
         return STEP.to_json(), headers
 
 
@@ -52,7 +58,14 @@ class PeersFromMemory:
         self.by_url = {peer.url: peer for peer in peers}
 
 
-def watch(tmp_path: Path, own: Wall, peers: list[PeerFromMemory]) -> tuple[FenceWatch, list[Any]]:
+def watch(
+    tmp_path: Path,
+    own: Callable[[], int],
+    peers: list[PeerFromMemory],
+    monotonic_ns: Callable[[], int] = lambda: 10_000_000_000,
+) -> tuple[FenceWatch, list[Any]]:
+    """The watch of URLS[0], with wall clock `own` and `monotonic_ns`; and what it told
+    the server."""
     told: list[str | None] = []
     membership = Membership(tmp_path, STEP, 8)
     fence = FenceWatch(
@@ -64,9 +77,9 @@ def watch(tmp_path: Path, own: Wall, peers: list[PeerFromMemory]) -> tuple[Fence
         own,
         BOUND_MS,
         1.0,
-        # Its monotonic clock stands still, as its wall clock does unless a test moves
-        # it: a wall clock left behind a running monotonic one would be one drifting.
-        machine=Machine(monotonic_ns=lambda: 10_000_000_000),
+        # By default its monotonic clock stands still, as its wall clock does unless a
+        # test moves it: a wall clock left behind a running monotonic one would drift.
+        machine=Machine(monotonic_ns=monotonic_ns),
     )
     return fence, told
 
