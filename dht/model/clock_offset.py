@@ -64,6 +64,11 @@ class Offset:
         """Whether the clocks certainly differ by more than `bound_ms`, either way."""
         return self.low_ms > bound_ms or self.high_ms < -bound_ms
 
+    def within(self, bound_ms: int) -> bool:
+        """Whether the clocks certainly differ by no more than `bound_ms` (an interval
+        too wide is neither `within` nor `beyond`)."""
+        return -bound_ms <= self.low_ms and self.high_ms <= bound_ms
+
     def to_json(self) -> dict[str, float]:
         """Seconds, as /v0/status shows them."""
         return {

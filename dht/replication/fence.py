@@ -270,7 +270,7 @@ class FenceWatch:
         bound = self._max_drift_ms
         skew_ms, monotonic_ns = base
         last = self._last.get(url)
-        if offset.beyond(bound) or (-bound <= offset.low_ms and offset.high_ms <= bound):
+        if offset.beyond(bound) or offset.within(bound):
             self._last[url] = (offset, skew_ms, monotonic_ns)  # not one too wide to say
         if not offset.beyond(bound):
             self._moved_back.pop(url, None)
@@ -280,7 +280,7 @@ class FenceWatch:
         was, was_skew_ms, was_monotonic_ns = last
         recent = monotonic_ns - was_monotonic_ns <= self._memory_ns()
         stepped = abs(skew_ms - was_skew_ms) > bound // 2
-        if recent and not stepped and -bound <= was.low_ms and was.high_ms <= bound:
+        if recent and not stepped and was.within(bound):
             # Its clock minus this one fell by at least this much; a step of this
             # node's own clock ahead since accounts for that much of it.
             moved = offset.high_ms - was.low_ms + (skew_ms - was_skew_ms)

@@ -130,3 +130,10 @@ def test_a_node_ahead_only_of_peers_known_to_have_moved_is_not_fenced_for_it() -
     assert clock_fence([answer(-120_000)], 2, BOUND_MS, behind_moved=True) is None
     assert clock_fence([answer(-120_000)], 3, BOUND_MS, behind_moved=True) is None
     assert clock_fence([answer(-120_000)] * 2, 3, BOUND_MS, behind_moved=True) is not None
+
+
+def test_an_interval_too_wide_is_neither_within_nor_beyond_the_bound() -> None:
+    assert answer(0).within(BOUND_MS) and not answer(0).beyond(BOUND_MS)
+    assert answer(-120_000).beyond(BOUND_MS) and not answer(-120_000).within(BOUND_MS)
+    wide = answer(0, round_trip_ms=140_000, read_after_ms=70_000)
+    assert not wide.within(BOUND_MS) and not wide.beyond(BOUND_MS)
